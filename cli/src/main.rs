@@ -1,0 +1,2 @@
+//! cli (being written)
+fn main() {}

@@ -1,0 +1,1 @@
+//! isa (being written)

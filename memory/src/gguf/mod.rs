@@ -1,0 +1,1 @@
+//! GGUF v2/v3, read zero-copy through memmap2. (Being written.)

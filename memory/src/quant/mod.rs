@@ -1,0 +1,1 @@
+//! Block layouts and their dequantize routines. (Being written.)
