@@ -1,0 +1,59 @@
+//! The engine trait: what every engine (reference, GPU, ...) implements.
+
+use purebee_memory::{Registry, TensorId};
+
+use crate::{ExecError, Program, ParamValue};
+
+/// An engine runs programs over the tensors of its [`Registry`].
+///
+/// Models build programs against [`Engine::memory_mut`] (declaring activations, looking up
+/// weights), then run them many times with [`Engine::execute`]. Host data crosses the engine
+/// boundary only through [`Engine::write`] (GRID_WRITE) and [`Engine::read`] (GRID_READ).
+pub trait Engine {
+    /// A short name for messages (`"ref"`, `"gpu"`).
+    fn name(&self) -> &'static str;
+
+    /// The engine's named-tensor registry.
+    fn memory(&self) -> &Registry;
+
+    /// The engine's named-tensor registry, to load weights and build programs against.
+    fn memory_mut(&mut self) -> &mut Registry;
+
+    /// Runs every instruction of `program`, in order, with `params` as the values of its
+    /// declared parameters. Stops at the first failing instruction.
+    fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError>;
+
+    /// GRID_WRITE from the host: copies `bytes` (the tensor's exact byte image) into a live
+    /// tensor.
+    fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError>;
+
+    /// GRID_READ: the bytes of a live tensor, after every instruction submitted so far.
+    fn read(&mut self, tensor: TensorId) -> Result<Vec<u8>, ExecError>;
+
+    /// Waits until every instruction submitted so far has completed.
+    fn sync(&mut self) -> Result<(), ExecError>;
+
+    /// GRID_WRITE of f32 values.
+    fn write_f32(&mut self, tensor: TensorId, values: &[f32]) -> Result<(), ExecError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.write(tensor, &bytes)
+    }
+
+    /// GRID_WRITE of u32 values.
+    fn write_u32(&mut self, tensor: TensorId, values: &[u32]) -> Result<(), ExecError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.write(tensor, &bytes)
+    }
+
+    /// GRID_READ of an F32 tensor as values.
+    fn read_f32(&mut self, tensor: TensorId) -> Result<Vec<f32>, ExecError> {
+        let bytes = self.read(tensor)?;
+        Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// GRID_READ of a U32 tensor as values.
+    fn read_u32(&mut self, tensor: TensorId) -> Result<Vec<u32>, ExecError> {
+        let bytes = self.read(tensor)?;
+        Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+}
