@@ -1,0 +1,45 @@
+//! ATTENTION: causal grouped-query attention over the cache, in f64.
+
+use purebee_isa::ops::Attention;
+use purebee_isa::ExecError;
+use purebee_memory::Registry;
+
+use crate::access::{dims, f32s, store_f32};
+use crate::ops::softmax::softmax_weights;
+
+pub(crate) fn run(reg: &mut Registry, a: &Attention, pos: u32) -> Result<(), ExecError> {
+    const OP: &str = "ATTENTION";
+    let (n, q_width) = dims(reg, OP, a.q)?;
+    let (n_ctx, kv_width) = dims(reg, OP, a.k_cache)?;
+    let end = pos as u64 + n as u64;
+    if end > n_ctx as u64 {
+        return Err(ExecError::ContextOverflow { op: OP, tensor: reg.name(a.k_cache).to_string(), pos: pos as u64, end, n_ctx });
+    }
+    let q = f32s(reg, OP, a.q)?; // [n, n_head · hd]
+    let k = f32s(reg, OP, a.k_cache)?; // [n_ctx, n_kv · hd]
+    let v = f32s(reg, OP, a.v_cache)?; // [n_ctx, n_kv · hd]
+    let hd = a.head_dim as usize;
+    let (n_head, n_kv) = (q_width / hd, kv_width / hd);
+    let group = n_head / n_kv;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let mut out = vec![0f32; n * q_width]; // [n, n_head · hd]
+    for r in 0..n {
+        let p = pos as usize + r; // attends to cache rows 0..=p
+        for h in 0..n_head {
+            let kvh = h / group;
+            let qh = &q[r * q_width + h * hd..][..hd];
+            let scores: Vec<f64> = (0..=p)
+                .map(|t| {
+                    let kt = &k[t * kv_width + kvh * hd..][..hd];
+                    qh.iter().zip(kt).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() * scale
+                })
+                .collect();
+            let weights = softmax_weights(&scores);
+            for i in 0..hd {
+                let o: f64 = weights.iter().enumerate().map(|(t, &wt)| wt * v[t * kv_width + kvh * hd + i] as f64).sum();
+                out[r * q_width + h * hd + i] = o as f32;
+            }
+        }
+    }
+    store_f32(reg, OP, a.out, &out)
+}
