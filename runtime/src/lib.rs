@@ -1,1 +1,11 @@
-//! runtime (being written)
+//! # purebee-runtime: models written in ISA calls
+//!
+//! Models (BitNet b1.58 first) as programs of ISA instructions, with the tokenizer, the
+//! sampler, the generation loop and the KV cache. It builds programs with
+//! `purebee_isa::ProgramBuilder` and runs them through the `purebee_isa::Engine` trait.
+//!
+//! It must not know wgpu or any engine's internals: it depends on `isa` and `memory` only.
+
+#![forbid(unsafe_code)]
+
+pub mod sampler;

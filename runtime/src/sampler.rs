@@ -1,0 +1,305 @@
+//! Choosing the next token from logits: greedy, or temperature sampling with top-k, top-p,
+//! min-p and a repeat penalty, reproducible from a seed.
+//!
+//! The chain follows llama.cpp's default order: repeat penalty → top-k → top-p → min-p →
+//! temperature → draw. Greedy (temperature 0) applies the repeat penalty, then takes the
+//! lowest id among the largest logits.
+
+use std::collections::VecDeque;
+
+/// Sampling settings, with llama.cpp's defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    /// 0 for greedy; otherwise logits are divided by it before the draw.
+    pub temperature: f32,
+    /// Keep the k most likely tokens (must be ≥ 1 when sampling).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability reaches p, in (0, 1].
+    pub top_p: f32,
+    /// Drop tokens whose probability is below min_p × the top probability, in [0, 1].
+    pub min_p: f32,
+    /// Divide positive (multiply negative) logits of recently seen tokens by this; 1 is off.
+    pub repeat_penalty: f32,
+    /// How many of the most recent tokens the repeat penalty looks at.
+    pub repeat_last_n: usize,
+    /// The seed of the draw: the same seed and logits give the same tokens.
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> SamplerConfig {
+        SamplerConfig { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+    }
+}
+
+/// An invalid sampler setting; each names the flag.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SamplerError {
+    /// A setting outside its range.
+    #[error("--{flag} {value} is invalid: {expected}")]
+    Invalid {
+        /// The CLI flag.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        expected: &'static str,
+    },
+}
+
+impl SamplerConfig {
+    /// Checks every setting's range.
+    pub fn validate(&self) -> Result<(), SamplerError> {
+        let bad = |flag, value: String, expected| Err(SamplerError::Invalid { flag, value, expected });
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad("temp", self.temperature.to_string(), "must be a finite number >= 0 (0 is greedy)");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top-p", self.top_p.to_string(), "must be in (0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min-p", self.min_p.to_string(), "must be in [0, 1]");
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return bad("repeat-penalty", self.repeat_penalty.to_string(), "must be a finite number > 0 (1 is off)");
+        }
+        if self.temperature > 0.0 && self.top_k == 0 {
+            return bad("top-k", "0".to_string(), "must be >= 1 when sampling (use --temp 0 for greedy)");
+        }
+        Ok(())
+    }
+
+    /// True when the sampler only needs the argmax (no penalty, temperature 0).
+    pub fn is_plain_greedy(&self) -> bool {
+        self.temperature == 0.0 && self.repeat_penalty == 1.0
+    }
+}
+
+/// A sampler: settings, the recent-token window and the random stream.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    config: SamplerConfig,
+    recent: VecDeque<u32>,
+    rng: SplitMix64,
+}
+
+impl Sampler {
+    /// A sampler with validated settings.
+    pub fn new(config: SamplerConfig) -> Result<Sampler, SamplerError> {
+        config.validate()?;
+        let rng = SplitMix64(config.seed);
+        Ok(Sampler { config, recent: VecDeque::new(), rng })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.config
+    }
+
+    /// Records a token (prompt or generated) for the repeat penalty.
+    pub fn accept(&mut self, token: u32) {
+        if self.config.repeat_last_n == 0 {
+            return;
+        }
+        if self.recent.len() == self.config.repeat_last_n {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+    }
+
+    /// Picks the next token from one row of logits.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let mut logits = logits.to_vec();
+        self.apply_repeat_penalty(&mut logits);
+        if self.config.temperature == 0.0 {
+            return greedy(&logits);
+        }
+        // Candidates sorted by logit, descending; ties by lower id first.
+        let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
+        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        cand.truncate(self.config.top_k.max(1));
+        if cand.is_empty() {
+            return 0;
+        }
+        // top-p and min-p act on the probabilities at temperature 1, as in llama.cpp.
+        let probs = softmax(&cand.iter().map(|c| c.1).collect::<Vec<_>>());
+        let mut keep = cand.len();
+        let mut cum = 0.0;
+        for (i, p) in probs.iter().enumerate() {
+            cum += p;
+            if cum >= self.config.top_p as f64 {
+                keep = i + 1;
+                break;
+            }
+        }
+        let threshold = probs[0] * self.config.min_p as f64;
+        keep = keep.min(probs.iter().take_while(|&&p| p >= threshold).count().max(1));
+        cand.truncate(keep);
+        let scaled: Vec<f32> = cand.iter().map(|c| c.1 / self.config.temperature).collect();
+        let probs = softmax(&scaled);
+        let r = self.rng.next_f64();
+        let mut cum = 0.0;
+        for (c, p) in cand.iter().zip(&probs) {
+            cum += p;
+            if r < cum {
+                return c.0;
+            }
+        }
+        cand[cand.len() - 1].0
+    }
+
+    fn apply_repeat_penalty(&self, logits: &mut [f32]) {
+        let penalty = self.config.repeat_penalty;
+        if penalty == 1.0 {
+            return;
+        }
+        let mut seen: Vec<u32> = self.recent.iter().copied().collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for t in seen {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+            }
+        }
+    }
+}
+
+/// The lowest id among the largest logits (NaN never wins; 0 for an all-NaN row).
+pub fn greedy(logits: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in logits.iter().enumerate() {
+        if !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map_or(0, |(i, _)| i as u32)
+}
+
+/// Probabilities of sorted logits, computed in f64.
+fn softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / sum).collect()
+}
+
+/// SplitMix64: a small, well-studied generator; the same seed gives the same stream on
+/// every platform.
+#[derive(Clone, Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) with 53 bits.
+    fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(f: impl FnOnce(&mut SamplerConfig)) -> Sampler {
+        let mut c = SamplerConfig::default();
+        f(&mut c);
+        Sampler::new(c).expect("valid settings")
+    }
+
+    #[test]
+    fn greedy_takes_the_lowest_id_on_ties() {
+        assert_eq!(greedy(&[1.0, 3.0, 3.0, f32::NAN]), 1);
+        assert_eq!(greedy(&[f32::NAN, f32::NAN]), 0);
+        let mut s = sampler(|c| c.temperature = 0.0);
+        assert_eq!(s.sample(&[0.5, 2.0, 2.0]), 1);
+    }
+
+    #[test]
+    fn invalid_settings_name_their_flag() {
+        let bad = |f: fn(&mut SamplerConfig)| {
+            let mut c = SamplerConfig::default();
+            f(&mut c);
+            match Sampler::new(c) {
+                Err(SamplerError::Invalid { flag, .. }) => flag,
+                Ok(_) => "accepted",
+            }
+        };
+        assert_eq!(bad(|c| c.temperature = -0.1), "temp");
+        assert_eq!(bad(|c| c.top_p = 0.0), "top-p");
+        assert_eq!(bad(|c| c.top_p = 1.5), "top-p");
+        assert_eq!(bad(|c| c.min_p = -1.0), "min-p");
+        assert_eq!(bad(|c| c.repeat_penalty = 0.0), "repeat-penalty");
+        assert_eq!(bad(|c| c.top_k = 0), "top-k");
+        assert_eq!(bad(|c| { c.top_k = 0; c.temperature = 0.0 }), "accepted");
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_tokens_and_another_seed_differs() {
+        let logits: Vec<f32> = (0..50).map(|i| (i % 7) as f32 * 0.3).collect();
+        let run = |seed| {
+            let mut s = sampler(|c| {
+                c.seed = seed;
+                c.temperature = 1.5;
+                c.top_k = 50;
+                c.top_p = 1.0;
+                c.min_p = 0.0;
+            });
+            (0..64).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn top_k_top_p_and_min_p_restrict_the_candidates() {
+        let logits = [0.0f32, 5.0, 4.9, -3.0, 4.8];
+        let draws = |f: fn(&mut SamplerConfig)| {
+            let mut s = sampler(|c| {
+                c.temperature = 1.0;
+                c.top_p = 1.0;
+                c.min_p = 0.0;
+                f(c)
+            });
+            let mut seen: Vec<u32> = (0..400).map(|_| s.sample(&logits)).collect();
+            seen.sort_unstable();
+            seen.dedup();
+            seen
+        };
+        assert_eq!(draws(|c| c.top_k = 1), vec![1]);
+        assert_eq!(draws(|c| c.top_k = 2), vec![1, 2]);
+        // Probabilities ≈ [.003, .36, .33, .00004, .30]: top-p 0.5 keeps ids 1 and 2.
+        assert_eq!(draws(|c| c.top_p = 0.5), vec![1, 2]);
+        // min-p 0.5: ids within half of the top probability.
+        assert_eq!(draws(|c| c.min_p = 0.5), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn repeat_penalty_divides_positive_and_multiplies_negative_logits() {
+        let mut s = sampler(|c| {
+            c.temperature = 0.0;
+            c.repeat_penalty = 2.0;
+        });
+        s.accept(0);
+        // 3.0 / 2 = 1.5 < 2.0, so id 1 wins once id 0 is penalised.
+        assert_eq!(s.sample(&[3.0, 2.0]), 1);
+        let mut logits = vec![-1.0, 1.0];
+        s.apply_repeat_penalty(&mut logits);
+        assert_eq!(logits, vec![-2.0, 1.0]);
+    }
+
+    #[test]
+    fn the_repeat_window_keeps_the_last_n_tokens() {
+        let mut s = sampler(|c| c.repeat_last_n = 2);
+        for t in [1, 2, 3] {
+            s.accept(t);
+        }
+        assert_eq!(s.recent.iter().copied().collect::<Vec<_>>(), vec![2, 3]);
+    }
+}
