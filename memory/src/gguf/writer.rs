@@ -1,0 +1,462 @@
+//! [`GgufWriter`]: writes GGUF v3 (or v2) files that this reader and llama.cpp accept.
+//!
+//! Metadata of every type (nested arrays included) and tensors of every storable dtype.
+//! The writer refuses what the reader would reject (duplicate keys or names, bad
+//! alignment, wrong data sizes, ...), so its output always reads back. Tensors are laid
+//! out as gguf-py and llama.cpp lay them out: in the order added, each at the next multiple
+//! of the alignment, each followed by zero padding to the alignment, so that every offset
+//! equals the padded sum of the sizes before it (llama.cpp checks exactly that).
+//!
+//! [`GgufWriter::write_with_layout`] also reports where every field landed ([`GgufLayout`]),
+//! so tools and tests can point at bytes (for example to damage them on purpose).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::ops::Range;
+use std::path::Path;
+
+use crate::DType;
+
+use super::file::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
+use super::metadata::{MetaArray, MetaValue, MAX_ARRAY_NESTING};
+use super::GgufWriteError;
+
+/// The longest tensor name llama.cpp accepts, in bytes (GGML_MAX_NAME is 64 with the NUL).
+pub const MAX_TENSOR_NAME_LEN: usize = 63;
+
+/// A tensor waiting to be written.
+#[derive(Clone, Debug)]
+struct PendingTensor {
+    name: String,
+    dtype: DType,
+    ne: Vec<u64>,
+    data: Vec<u8>,
+}
+
+/// Builds a GGUF file in memory and writes it out. See the module docs.
+#[derive(Clone, Debug)]
+pub struct GgufWriter {
+    version: u32,
+    alignment: u64,
+    metadata: Vec<(String, MetaValue)>,
+    keys: HashSet<String>,
+    tensors: Vec<PendingTensor>,
+    names: HashSet<String>,
+}
+
+impl Default for GgufWriter {
+    fn default() -> GgufWriter {
+        GgufWriter::new()
+    }
+}
+
+/// Where one metadata entry landed in a written file (absolute offsets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    /// The key.
+    pub key: String,
+    /// The key's u64 length field (the entry's first byte).
+    pub start: u64,
+    /// The u32 value type.
+    pub type_at: u64,
+    /// The value's first byte.
+    pub value_at: u64,
+    /// One past the entry's last byte.
+    pub end: u64,
+}
+
+/// Where one tensor's info and data landed in a written file (absolute offsets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfoLayout {
+    /// The tensor's name.
+    pub name: String,
+    /// The name's u64 length field (the info's first byte).
+    pub start: u64,
+    /// The u32 dim count.
+    pub n_dims_at: u64,
+    /// The first u64 dim (`ne0`).
+    pub dims_at: u64,
+    /// The u32 type id.
+    pub type_at: u64,
+    /// The u64 data offset.
+    pub offset_at: u64,
+    /// One past the info's last byte.
+    pub end: u64,
+    /// The tensor's data, absolute (without its padding).
+    pub data: Range<u64>,
+}
+
+/// Where every part of a written file landed. The header is fixed: magic at 0, version at
+/// 4, tensor count at 8, metadata count at 16, first entry at 24.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GgufLayout {
+    /// The metadata entries, in file order.
+    pub kv: Vec<KvLayout>,
+    /// The tensor infos, in file order.
+    pub tensors: Vec<TensorInfoLayout>,
+    /// The start of the data section.
+    pub data_offset: u64,
+    /// The file's total length.
+    pub file_len: u64,
+}
+
+/// Counts the bytes written through it.
+struct Counting<W> {
+    inner: W,
+    pos: u64,
+}
+
+impl<W: Write> Counting<W> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.inner.write_all(bytes)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn put_str(&mut self, s: &str) -> io::Result<()> {
+        self.put(&(s.len() as u64).to_le_bytes())?;
+        self.put(s.as_bytes())
+    }
+
+    fn pad_to(&mut self, alignment: u64) -> io::Result<()> {
+        const ZEROS: [u8; 256] = [0; 256];
+        let mut n = self.pos.next_multiple_of(alignment) - self.pos;
+        while n > 0 {
+            let k = n.min(ZEROS.len() as u64);
+            self.put(&ZEROS[..k as usize])?;
+            n -= k;
+        }
+        Ok(())
+    }
+}
+
+/// Checks that every element of `a` (recursively) has the array's element type.
+fn check_array(key: &str, a: &MetaArray) -> Result<(), GgufWriteError> {
+    for (index, v) in a.values.iter().enumerate() {
+        if v.meta_type() != a.elem_type {
+            return Err(GgufWriteError::ArrayTypeMismatch {
+                key: key.to_string(),
+                index,
+                expected: a.elem_type,
+                found: v.meta_type(),
+            });
+        }
+        if let MetaValue::Array(inner) = v {
+            check_array(key, inner)?;
+        }
+    }
+    Ok(())
+}
+
+impl GgufWriter {
+    /// An empty GGUF v3 file with the default alignment (32).
+    pub fn new() -> GgufWriter {
+        GgufWriter {
+            version: 3,
+            alignment: DEFAULT_ALIGNMENT,
+            metadata: Vec::new(),
+            keys: HashSet::new(),
+            tensors: Vec::new(),
+            names: HashSet::new(),
+        }
+    }
+
+    /// Writes GGUF `version` (2 or 3; the two layouts are identical for little-endian files).
+    pub fn set_version(&mut self, version: u32) -> Result<&mut GgufWriter, GgufWriteError> {
+        if !(2..=3).contains(&version) {
+            return Err(GgufWriteError::BadVersion { version });
+        }
+        self.version = version;
+        Ok(self)
+    }
+
+    /// The version that will be written.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The alignment that will be used (set through `general.alignment`).
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Adds a metadata entry. `general.alignment` must be a [`MetaValue::U32`] nonzero power
+    /// of two and sets the alignment; array elements must match the array's element type
+    /// and nest at most [`MAX_ARRAY_NESTING`] deep.
+    pub fn add(&mut self, key: &str, value: impl Into<MetaValue>) -> Result<&mut GgufWriter, GgufWriteError> {
+        let value = value.into();
+        if self.keys.contains(key) {
+            return Err(GgufWriteError::DuplicateKey { key: key.to_string() });
+        }
+        if let MetaValue::Array(a) = &value {
+            if a.nesting_depth() > MAX_ARRAY_NESTING {
+                return Err(GgufWriteError::NestingTooDeep { key: key.to_string(), max: MAX_ARRAY_NESTING });
+            }
+            check_array(key, a)?;
+        }
+        if key == ALIGNMENT_KEY {
+            match value {
+                MetaValue::U32(a) if a.is_power_of_two() => self.alignment = a.into(),
+                ref v => return Err(GgufWriteError::BadAlignment { value: format!("{} {v}", v.type_description()) }),
+            }
+        }
+        self.keys.insert(key.to_string());
+        self.metadata.push((key.to_string(), value));
+        Ok(self)
+    }
+
+    /// Adds a string entry.
+    pub fn add_str(&mut self, key: &str, value: &str) -> Result<&mut GgufWriter, GgufWriteError> {
+        self.add(key, MetaValue::String(value.to_string()))
+    }
+
+    /// Adds a u32 entry.
+    pub fn add_u32(&mut self, key: &str, value: u32) -> Result<&mut GgufWriter, GgufWriteError> {
+        self.add(key, MetaValue::U32(value))
+    }
+
+    /// Adds an f32 entry.
+    pub fn add_f32(&mut self, key: &str, value: f32) -> Result<&mut GgufWriter, GgufWriteError> {
+        self.add(key, MetaValue::F32(value))
+    }
+
+    /// Adds a bool entry.
+    pub fn add_bool(&mut self, key: &str, value: bool) -> Result<&mut GgufWriter, GgufWriteError> {
+        self.add(key, MetaValue::Bool(value))
+    }
+
+    /// Adds an array of strings.
+    pub fn add_str_array<S: Into<String>>(
+        &mut self,
+        key: &str,
+        values: impl IntoIterator<Item = S>,
+    ) -> Result<&mut GgufWriter, GgufWriteError> {
+        self.add(key, MetaArray::of_strings(values))
+    }
+
+    /// Adds a tensor of `dtype` with dims `ne` (ggml order, `ne0` innermost) and its raw
+    /// bytes, which must be exactly the size the dtype and dims need.
+    pub fn add_tensor(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        ne: &[u64],
+        data: impl Into<Vec<u8>>,
+    ) -> Result<&mut GgufWriter, GgufWriteError> {
+        let data = data.into();
+        let name_s = || name.to_string();
+        if self.names.contains(name) {
+            return Err(GgufWriteError::DuplicateTensor { name: name_s() });
+        }
+        if name.len() > MAX_TENSOR_NAME_LEN {
+            return Err(GgufWriteError::NameTooLong { name: name_s(), len: name.len(), max: MAX_TENSOR_NAME_LEN });
+        }
+        if ne.is_empty() || ne.len() > MAX_DIMS {
+            return Err(GgufWriteError::BadDims { name: name_s(), n_dims: ne.len(), max: MAX_DIMS });
+        }
+        if dtype.gguf_type_id().is_none() {
+            return Err(GgufWriteError::UnstorableDType { name: name_s(), dtype });
+        }
+        let ne0 = ne.first().copied().unwrap_or(1);
+        if ne0 % dtype.block_len() as u64 != 0 {
+            return Err(GgufWriteError::NotWholeBlocks { name: name_s(), dtype, ne0, block_len: dtype.block_len() });
+        }
+        let too_large = || GgufWriteError::TooLarge { name: name_s(), ne: ne.to_vec() };
+        let numel = ne.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or_else(too_large)?;
+        if numel > i64::MAX as u64 {
+            return Err(too_large());
+        }
+        let cols = usize::try_from(ne0).map_err(|_| too_large())?;
+        let rows = usize::try_from(numel / ne0.max(1)).map_err(|_| too_large())?;
+        let expected = dtype.tensor_bytes(rows, cols).ok_or_else(too_large)?;
+        if data.len() != expected {
+            return Err(GgufWriteError::SizeMismatch { name: name_s(), expected, got: data.len() });
+        }
+        self.names.insert(name.to_string());
+        self.tensors.push(PendingTensor { name: name.to_string(), dtype, ne: ne.to_vec(), data });
+        Ok(self)
+    }
+
+    /// Adds an F32 tensor from its values.
+    pub fn add_f32_tensor(&mut self, name: &str, ne: &[u64], values: &[f32]) -> Result<&mut GgufWriter, GgufWriteError> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.add_tensor(name, DType::F32, ne, bytes)
+    }
+
+    /// Writes the file to `w` and reports where every part landed.
+    pub fn write_with_layout(&self, w: impl Write) -> io::Result<GgufLayout> {
+        let mut w = Counting { inner: w, pos: 0 };
+        w.put(&GGUF_MAGIC)?;
+        w.put(&self.version.to_le_bytes())?;
+        w.put(&(self.tensors.len() as u64).to_le_bytes())?;
+        w.put(&(self.metadata.len() as u64).to_le_bytes())?;
+
+        let mut kv = Vec::with_capacity(self.metadata.len());
+        for (key, value) in &self.metadata {
+            let start = w.pos;
+            w.put_str(key)?;
+            let type_at = w.pos;
+            w.put(&value.meta_type().id().to_le_bytes())?;
+            let value_at = w.pos;
+            write_value(&mut w, value)?;
+            kv.push(KvLayout { key: key.clone(), start, type_at, value_at, end: w.pos });
+        }
+
+        // Offsets relative to the data section: each tensor at the padded end of the last.
+        let mut rel = 0u64;
+        let mut offsets = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            offsets.push(rel);
+            rel = (rel + t.data.len() as u64).next_multiple_of(self.alignment);
+        }
+
+        let mut infos = Vec::with_capacity(self.tensors.len());
+        for (t, &offset) in self.tensors.iter().zip(&offsets) {
+            let start = w.pos;
+            w.put_str(&t.name)?;
+            let n_dims_at = w.pos;
+            w.put(&(t.ne.len() as u32).to_le_bytes())?;
+            let dims_at = w.pos;
+            for d in &t.ne {
+                w.put(&d.to_le_bytes())?;
+            }
+            let type_at = w.pos;
+            // `add_tensor` refused dtypes without an id.
+            w.put(&t.dtype.gguf_type_id().unwrap_or(u32::MAX).to_le_bytes())?;
+            let offset_at = w.pos;
+            w.put(&offset.to_le_bytes())?;
+            infos.push(TensorInfoLayout {
+                name: t.name.clone(),
+                start,
+                n_dims_at,
+                dims_at,
+                type_at,
+                offset_at,
+                end: w.pos,
+                data: 0..0,
+            });
+        }
+
+        w.pad_to(self.alignment)?;
+        let data_offset = w.pos;
+        for (t, info) in self.tensors.iter().zip(&mut infos) {
+            let start = w.pos;
+            w.put(&t.data)?;
+            info.data = start..w.pos;
+            w.pad_to(self.alignment)?;
+        }
+        w.inner.flush()?;
+        Ok(GgufLayout { kv, tensors: infos, data_offset, file_len: w.pos })
+    }
+
+    /// Writes the file to `w`.
+    pub fn write_to(&self, w: impl Write) -> io::Result<()> {
+        self.write_with_layout(w).map(|_| ())
+    }
+
+    /// The whole file as bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_bytes_with_layout().0
+    }
+
+    /// The whole file as bytes, and where every part landed.
+    pub fn to_bytes_with_layout(&self) -> (Vec<u8>, GgufLayout) {
+        let mut out = Vec::new();
+        // Writing to a Vec cannot fail; an empty layout would only follow an allocation abort.
+        let layout = self.write_with_layout(&mut out).unwrap_or(GgufLayout {
+            kv: Vec::new(),
+            tensors: Vec::new(),
+            data_offset: 0,
+            file_len: 0,
+        });
+        (out, layout)
+    }
+
+    /// Writes the file to `path` (created or truncated).
+    pub fn write_file(&self, path: impl AsRef<Path>) -> Result<GgufLayout, GgufWriteError> {
+        let path = path.as_ref();
+        let io = |source| GgufWriteError::Io { path: path.to_path_buf(), source };
+        let file = File::create(path).map_err(io)?;
+        let mut w = BufWriter::new(file);
+        let layout = self.write_with_layout(&mut w).map_err(io)?;
+        w.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
+        Ok(layout)
+    }
+}
+
+/// Writes a value without its type id (which the caller wrote, or the enclosing array
+/// declared).
+fn write_value<W: Write>(w: &mut Counting<W>, value: &MetaValue) -> io::Result<()> {
+    match value {
+        MetaValue::U8(x) => w.put(&x.to_le_bytes()),
+        MetaValue::I8(x) => w.put(&x.to_le_bytes()),
+        MetaValue::U16(x) => w.put(&x.to_le_bytes()),
+        MetaValue::I16(x) => w.put(&x.to_le_bytes()),
+        MetaValue::U32(x) => w.put(&x.to_le_bytes()),
+        MetaValue::I32(x) => w.put(&x.to_le_bytes()),
+        MetaValue::U64(x) => w.put(&x.to_le_bytes()),
+        MetaValue::I64(x) => w.put(&x.to_le_bytes()),
+        MetaValue::F32(x) => w.put(&x.to_le_bytes()),
+        MetaValue::F64(x) => w.put(&x.to_le_bytes()),
+        MetaValue::Bool(x) => w.put(&[u8::from(*x)]),
+        MetaValue::String(s) => w.put_str(s),
+        MetaValue::Array(a) => {
+            w.put(&a.elem_type.id().to_le_bytes())?;
+            w.put(&(a.values.len() as u64).to_le_bytes())?;
+            a.values.iter().try_for_each(|v| write_value(w, v))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::MetaType;
+
+    #[test]
+    fn layout_matches_the_bytes() {
+        let mut w = GgufWriter::new();
+        w.add_str("general.architecture", "llama").expect("new key");
+        w.add_f32_tensor("a", &[3], &[1.0, 2.0, 3.0]).expect("valid");
+        w.add_f32_tensor("b", &[2, 1], &[4.0, 5.0]).expect("valid");
+        let (bytes, layout) = w.to_bytes_with_layout();
+        assert_eq!(layout.file_len, bytes.len() as u64);
+        assert_eq!(&bytes[..4], b"GGUF");
+        assert_eq!(layout.kv[0].start, 24);
+        assert_eq!(layout.data_offset % 32, 0);
+        assert_eq!(layout.tensors[1].data.start - layout.data_offset, 32);
+        let at = layout.tensors[1].data.start as usize;
+        assert_eq!(&bytes[at..at + 4], &4.0f32.to_le_bytes());
+        assert_eq!(bytes.len() % 32, 0);
+    }
+
+    #[test]
+    fn refuses_what_the_reader_would_reject() {
+        let mut w = GgufWriter::new();
+        w.add_u32("k", 1).expect("new key");
+        assert!(matches!(w.add_u32("k", 2), Err(GgufWriteError::DuplicateKey { .. })));
+        assert!(matches!(w.add("general.alignment", 3u32), Err(GgufWriteError::BadAlignment { .. })));
+        assert!(matches!(w.add("general.alignment", 64u64), Err(GgufWriteError::BadAlignment { .. })));
+        let bad = MetaArray::new(MetaType::U8, vec![MetaValue::U8(1), MetaValue::I8(2)]);
+        assert!(matches!(w.add("arr", bad), Err(GgufWriteError::ArrayTypeMismatch { index: 1, .. })));
+        assert!(matches!(
+            w.add_tensor("t", DType::TQ2_0, &[100, 2], vec![0; 132]),
+            Err(GgufWriteError::NotWholeBlocks { ne0: 100, block_len: 256, .. })
+        ));
+        assert!(matches!(w.add_tensor("t", DType::F16, &[4], vec![0; 7]), Err(GgufWriteError::SizeMismatch { expected: 8, .. })));
+        assert!(matches!(w.add_tensor("t", DType::U32, &[4], vec![0; 16]), Err(GgufWriteError::UnstorableDType { .. })));
+        assert!(matches!(w.add_tensor("t", DType::F32, &[1; 5], vec![0; 4]), Err(GgufWriteError::BadDims { n_dims: 5, .. })));
+        assert!(matches!(
+            w.add_tensor(&"x".repeat(64), DType::F32, &[1], vec![0; 4]),
+            Err(GgufWriteError::NameTooLong { len: 64, .. })
+        ));
+        assert!(matches!(
+            w.add_tensor("t", DType::F32, &[u64::MAX, 2], Vec::new()),
+            Err(GgufWriteError::TooLarge { .. })
+        ));
+        w.add_tensor("t", DType::I2_S, &[128, 2], vec![0; 64 + 32]).expect("I2_S carries a 32-byte trailer");
+        assert!(matches!(w.add_tensor("t", DType::F32, &[1], vec![0; 4]), Err(GgufWriteError::DuplicateTensor { .. })));
+        assert!(matches!(w.set_version(1), Err(GgufWriteError::BadVersion { version: 1 })));
+    }
+}
