@@ -136,7 +136,7 @@ impl<'r> ProgramBuilder<'r> {
     /// Declares a new tensor and records its GRID_ALLOC.
     pub fn alloc(&mut self, name: &str, dtype: DType, dims: &[usize]) -> Result<TensorId, IsaError> {
         let id = self.declare(name, dtype, dims)?;
-        self.push(Instruction::GridAlloc(GridAlloc { tensor: id }))?;
+        self.grid_alloc(id)?;
         Ok(id)
     }
 
@@ -196,6 +196,10 @@ impl<'r> ProgramBuilder<'r> {
 
     // One method per instruction, so that a model reads as a list of ISA calls.
 
+    /// GRID_ALLOC of a declared tensor.
+    pub fn grid_alloc(&mut self, tensor: TensorId) -> Result<(), IsaError> {
+        self.push(Instruction::GridAlloc(GridAlloc { tensor }))
+    }
     /// FREE.
     pub fn free(&mut self, tensor: TensorId) -> Result<(), IsaError> {
         self.push(Instruction::Free(Free { tensor }))

@@ -9,3 +9,13 @@
 #![forbid(unsafe_code)]
 
 pub mod sampler;
+mod bitnet;
+mod config;
+mod error;
+mod model;
+mod weights;
+
+pub use bitnet::LogitsRows;
+pub use config::{Architecture, FfnActivation, ModelConfig};
+pub use error::ModelError;
+pub use model::{KvCache, Model};

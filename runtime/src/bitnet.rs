@@ -1,0 +1,131 @@
+//! The BitNet b1.58 forward pass as ISA instructions (FORMATS.md, "BitNet b1.58
+//! architecture"): sub-norms before the output and down projections, NEOX RoPE, GQA,
+//! relu² or silu FFN, tied LM head.
+
+use purebee_isa::ops::{Attention, Rope, RopeStyle};
+use purebee_isa::{DType, IsaError, ProgramBuilder, TensorId, U32Arg};
+
+use crate::config::FfnActivation;
+use crate::weights::{LinearWeight, Weights};
+use crate::{KvCache, ModelConfig};
+
+/// Which rows of logits a forward program computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogitsRows {
+    /// Every position's logits (`[n, vocab]`): for `purebee-rs logits` and checks.
+    All,
+    /// Only the last position's (`[1, vocab]`): for generation.
+    Last,
+}
+
+/// The tensors of one forward program: what its caller writes and reads, and what the
+/// setup program must allocate (the forward program itself allocates nothing, so that it
+/// can run once per token without touching memory).
+#[derive(Clone, Debug)]
+pub(crate) struct ForwardIo {
+    /// Token ids, U32 `[n]` (written before each run).
+    pub ids: TensorId,
+    /// Logits, F32 `[rows, vocab]`.
+    pub logits: TensorId,
+    /// The greedy token of each logits row, U32 `[rows]`.
+    pub argmax: TensorId,
+    /// Every tensor the program uses besides weights and caches (ids, logits and argmax
+    /// included), for the setup and teardown programs.
+    pub tensors: Vec<TensorId>,
+    /// Constant contents the setup program writes after allocating.
+    pub constants: Vec<(TensorId, Vec<u8>)>,
+}
+
+/// Declares a tensor of the forward program under `prefix` and records it in `io`.
+fn declare(b: &mut ProgramBuilder, tensors: &mut Vec<TensorId>, prefix: &str, name: &str, dtype: DType, dims: &[usize]) -> Result<TensorId, IsaError> {
+    let id = b.declare(&format!("{prefix}.{name}"), dtype, dims)?;
+    tensors.push(id);
+    Ok(id)
+}
+
+/// Records the forward pass of `n` tokens at run-time position `pos` into `b`: every layer,
+/// the final norm, the LM head over `rows`, and ARGMAX.
+#[allow(clippy::too_many_arguments)] // every argument is a distinct input of the graph
+pub(crate) fn record_forward(
+    b: &mut ProgramBuilder,
+    cfg: &ModelConfig,
+    w: &Weights,
+    kv: &KvCache,
+    n: usize,
+    rows: LogitsRows,
+    prefix: &str,
+    pos: U32Arg,
+) -> Result<ForwardIo, IsaError> {
+    let (d, kvw, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
+    let mut ts = Vec::new();
+    let f32 = DType::F32;
+    let ids = declare(b, &mut ts, prefix, "ids", DType::U32, &[n])?;
+    let x = declare(b, &mut ts, prefix, "x", f32, &[n, d])?; // residual stream
+    let h = declare(b, &mut ts, prefix, "h", f32, &[n, d])?; // normed input of a block
+    let q = declare(b, &mut ts, prefix, "q", f32, &[n, d])?;
+    let k = declare(b, &mut ts, prefix, "k", f32, &[n, kvw])?;
+    let v = declare(b, &mut ts, prefix, "v", f32, &[n, kvw])?;
+    let att = declare(b, &mut ts, prefix, "att", f32, &[n, d])?;
+    let proj = declare(b, &mut ts, prefix, "proj", f32, &[n, d])?; // attn_output / ffn_down out
+    let gate = declare(b, &mut ts, prefix, "gate", f32, &[n, ff])?;
+    let up = declare(b, &mut ts, prefix, "up", f32, &[n, ff])?;
+
+    b.embed(x, w.token_embd, ids)?;
+    for (l, lw) in w.layers.iter().enumerate() {
+        // Attention block.
+        b.rms_norm(h, x, lw.attn_norm, cfg.rms_eps)?;
+        linear(b, q, h, lw.q)?;
+        linear(b, k, h, lw.k)?;
+        linear(b, v, h, lw.v)?;
+        let rope = |out| Rope { out, x: out, head_dim: cfg.head_dim as u32, rot_dim: cfg.rot_dim as u32, style: RopeStyle::Neox, base: cfg.rope_base.into(), pos };
+        b.rope(rope(q))?;
+        b.rope(rope(k))?;
+        b.kv_write(kv.k[l], k, pos)?;
+        b.kv_write(kv.v[l], v, pos)?;
+        b.attention(Attention { out: att, q, k_cache: kv.k[l], v_cache: kv.v[l], head_dim: cfg.head_dim as u32, pos })?;
+        b.rms_norm(att, att, lw.attn_sub_norm, cfg.rms_eps)?; // sub-norm before the projection
+        linear(b, proj, att, lw.o)?;
+        b.add(x, x, proj)?;
+        // FFN block.
+        b.rms_norm(h, x, lw.ffn_norm, cfg.rms_eps)?;
+        linear(b, gate, h, lw.gate)?;
+        linear(b, up, h, lw.up)?;
+        match cfg.arch.ffn_activation() {
+            FfnActivation::Relu2 => b.relu2(gate, gate)?,
+            FfnActivation::Silu => b.silu(gate, gate)?,
+        }
+        b.mul(gate, gate, up)?;
+        b.rms_norm(gate, gate, lw.ffn_sub_norm, cfg.rms_eps)?; // sub-norm before down
+        linear(b, proj, gate, lw.down)?;
+        b.add(x, x, proj)?;
+    }
+
+    // Final norm and LM head, over every row or only the last (gathered with EMBED).
+    let mut constants = Vec::new();
+    let (last, n_out) = match rows {
+        LogitsRows::All => (x, n),
+        LogitsRows::Last => {
+            let sel = declare(b, &mut ts, prefix, "last_row", DType::U32, &[1])?;
+            constants.push((sel, ((n - 1) as u32).to_le_bytes().to_vec()));
+            let xl = declare(b, &mut ts, prefix, "x_last", f32, &[1, d])?;
+            b.embed(xl, x, sel)?;
+            (xl, 1)
+        }
+    };
+    let normed = declare(b, &mut ts, prefix, "out_norm", f32, &[n_out, d])?;
+    b.rms_norm(normed, last, w.output_norm, cfg.rms_eps)?;
+    let logits = declare(b, &mut ts, prefix, "logits", f32, &[n_out, cfg.n_vocab])?;
+    b.linear(logits, normed, w.lm_head)?;
+    let argmax = declare(b, &mut ts, prefix, "argmax", DType::U32, &[n_out])?;
+    b.argmax(argmax, logits)?;
+    Ok(ForwardIo { ids, logits, argmax, tensors: ts, constants })
+}
+
+/// BITLINEAR for ternary weights, LINEAR for float ones.
+fn linear(b: &mut ProgramBuilder, out: TensorId, x: TensorId, w: LinearWeight) -> Result<(), IsaError> {
+    if w.ternary {
+        b.bitlinear(out, x, w.weight, w.scale)
+    } else {
+        b.linear(out, x, w.weight)
+    }
+}

@@ -1,0 +1,156 @@
+//! A model's hyper-parameters, read from GGUF metadata and checked for consistency.
+
+use purebee_memory::gguf::GgufFile;
+
+use crate::ModelError;
+
+/// The architectures purebee runs, by their `general.architecture` name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// `bitnet-b1.58`: Microsoft's BitNet b1.58 2B-4T GGUF (relu² FFN).
+    BitnetB158,
+    /// `bitnet-25`: the first upload of the same model (relu² FFN).
+    Bitnet25,
+    /// `bitnet`: upstream llama.cpp's BitNet (1bitLLM models; silu FFN).
+    Bitnet,
+}
+
+impl Architecture {
+    /// Every supported architecture name.
+    pub const SUPPORTED: [&'static str; 3] = ["bitnet-b1.58", "bitnet-25", "bitnet"];
+
+    /// The architecture of a `general.architecture` value.
+    pub fn from_name(name: &str) -> Option<Architecture> {
+        match name {
+            "bitnet-b1.58" => Some(Architecture::BitnetB158),
+            "bitnet-25" => Some(Architecture::Bitnet25),
+            "bitnet" => Some(Architecture::Bitnet),
+            _ => None,
+        }
+    }
+
+    /// The name, which is also the prefix of its metadata keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::BitnetB158 => "bitnet-b1.58",
+            Architecture::Bitnet25 => "bitnet-25",
+            Architecture::Bitnet => "bitnet",
+        }
+    }
+
+    /// The FFN activation. Choosing it by name matters: silu on the 2B-4T model gives wrong
+    /// logits (its HF config says `hidden_act: relu2`).
+    pub fn ffn_activation(self) -> FfnActivation {
+        match self {
+            Architecture::BitnetB158 | Architecture::Bitnet25 => FfnActivation::Relu2,
+            Architecture::Bitnet => FfnActivation::Silu,
+        }
+    }
+}
+
+/// The FFN's gate activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnActivation {
+    /// `max(x, 0)²`.
+    Relu2,
+    /// `x · σ(x)`.
+    Silu,
+}
+
+/// Hyper-parameters of a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    /// The architecture.
+    pub arch: Architecture,
+    /// `embedding_length`.
+    pub n_embd: usize,
+    /// `block_count`.
+    pub n_layer: usize,
+    /// `feed_forward_length`.
+    pub n_ff: usize,
+    /// `attention.head_count`.
+    pub n_head: usize,
+    /// `attention.head_count_kv` (defaults to `n_head`).
+    pub n_kv_head: usize,
+    /// `n_embd / n_head`.
+    pub head_dim: usize,
+    /// `rope.dimension_count` (defaults to `head_dim`).
+    pub rot_dim: usize,
+    /// `context_length`: the context the model was trained for.
+    pub n_ctx_train: usize,
+    /// Rows of the token embedding (checked against `vocab_size` when present).
+    pub n_vocab: usize,
+    /// `attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+    /// `rope.freq_base` (defaults to 10000).
+    pub rope_base: f32,
+}
+
+impl ModelConfig {
+    /// Reads and checks the hyper-parameters of a GGUF model.
+    pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
+        let file = f.path().display().to_string();
+        let arch_name = f.architecture()?;
+        let arch = Architecture::from_name(arch_name).ok_or_else(|| ModelError::UnsupportedArchitecture {
+            file: file.clone(),
+            arch: arch_name.to_string(),
+            supported: Architecture::SUPPORTED.join(", "),
+        })?;
+        let p = arch.name();
+        let key = |k: &str| format!("{p}.{k}");
+        let n_embd = f.get_usize(&key("embedding_length"))?;
+        let n_layer = f.get_usize(&key("block_count"))?;
+        let n_ff = f.get_usize(&key("feed_forward_length"))?;
+        let n_head = f.get_usize(&key("attention.head_count"))?;
+        let n_kv_head = match f.get(&key("attention.head_count_kv")) {
+            Some(_) => f.get_usize(&key("attention.head_count_kv"))?,
+            None => n_head,
+        };
+        let n_ctx_train = f.get_usize(&key("context_length"))?;
+        let rms_eps = f.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+        let rope_base = match f.get(&key("rope.freq_base")) {
+            Some(_) => f.get_f32(&key("rope.freq_base"))?,
+            None => 10000.0,
+        };
+        let bad = |k: &str, reason: String| ModelError::Inconsistent { file: file.clone(), key: key(k), reason };
+        for (k, v) in [("embedding_length", n_embd), ("block_count", n_layer), ("feed_forward_length", n_ff), ("attention.head_count", n_head), ("attention.head_count_kv", n_kv_head), ("context_length", n_ctx_train)] {
+            if v == 0 {
+                return Err(bad(k, "must be > 0".to_string()));
+            }
+        }
+        if n_embd % n_head != 0 {
+            return Err(bad("attention.head_count", format!("{n_head} heads do not divide embedding_length {n_embd}")));
+        }
+        if n_head % n_kv_head != 0 {
+            return Err(bad("attention.head_count_kv", format!("{n_kv_head} kv heads do not divide {n_head} heads")));
+        }
+        let head_dim = n_embd / n_head;
+        let rot_dim = match f.get(&key("rope.dimension_count")) {
+            Some(_) => f.get_usize(&key("rope.dimension_count"))?,
+            None => head_dim,
+        };
+        if rot_dim == 0 || rot_dim % 2 != 0 || rot_dim > head_dim {
+            return Err(bad("rope.dimension_count", format!("{rot_dim} must be even, > 0 and <= head_dim {head_dim}")));
+        }
+        if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+            return Err(bad("attention.layer_norm_rms_epsilon", format!("{rms_eps} must be finite and >= 0")));
+        }
+        if !(rope_base.is_finite() && rope_base > 0.0) {
+            return Err(bad("rope.freq_base", format!("{rope_base} must be finite and > 0")));
+        }
+        let embd = f.tensor_info("token_embd.weight")?;
+        let n_vocab = embd.shape.rows();
+        if let Some(_v) = f.get(&key("vocab_size")) {
+            let declared = f.get_usize(&key("vocab_size"))?;
+            if declared != n_vocab {
+                return Err(bad("vocab_size", format!("{declared} does not match the {n_vocab} rows of token_embd.weight")));
+            }
+        }
+        Ok(ModelConfig { arch, n_embd, n_layer, n_ff, n_head, n_kv_head, head_dim, rot_dim, n_ctx_train, n_vocab, rms_eps, rope_base })
+    }
+
+    /// Width of the keys and values of one position: `n_kv_head · head_dim`.
+    pub fn kv_width(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+}

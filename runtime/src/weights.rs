@@ -1,0 +1,126 @@
+//! Binding a BitNet model's GGUF tensors to their roles, checking shape and type of each.
+
+use purebee_memory::gguf::GgufFile;
+use purebee_memory::{DType, Registry, TensorId};
+
+use crate::{ModelConfig, ModelError};
+
+/// A linear layer's weight, the instruction that applies it, and its optional output scale.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LinearWeight {
+    pub weight: TensorId,
+    /// `<name>.scale`, F32 `[1]`, when the converter wrote one.
+    pub scale: Option<TensorId>,
+    /// Ternary weights go through BITLINEAR; float weights through LINEAR.
+    pub ternary: bool,
+}
+
+/// One transformer block's tensors.
+#[derive(Clone, Debug)]
+pub(crate) struct LayerWeights {
+    pub attn_norm: TensorId,
+    pub q: LinearWeight,
+    pub k: LinearWeight,
+    pub v: LinearWeight,
+    pub attn_sub_norm: TensorId,
+    pub o: LinearWeight,
+    pub ffn_norm: TensorId,
+    pub gate: LinearWeight,
+    pub up: LinearWeight,
+    pub ffn_sub_norm: TensorId,
+    pub down: LinearWeight,
+}
+
+/// Every tensor of the model, by role.
+#[derive(Clone, Debug)]
+pub(crate) struct Weights {
+    pub token_embd: TensorId,
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: TensorId,
+    /// `output.weight`, or the tied `token_embd.weight`.
+    pub lm_head: TensorId,
+}
+
+/// Looks tensors up in the file (for checks and errors naming it) and in the registry.
+struct Binder<'a> {
+    file: &'a GgufFile,
+    reg: &'a Registry,
+}
+
+impl Binder<'_> {
+    fn path(&self) -> String {
+        self.file.path().display().to_string()
+    }
+
+    /// A tensor of ggml dims `ne` whose type satisfies `ok`.
+    fn tensor(&self, name: &str, ne: &[usize], ok: fn(DType) -> bool, expected: &str) -> Result<TensorId, ModelError> {
+        let info = self.file.tensor_info(name)?;
+        if !ok(info.dtype) {
+            return Err(ModelError::TensorType { file: self.path(), tensor: name.to_string(), got: info.dtype, expected: expected.to_string() });
+        }
+        let got = info.shape.ggml_ne();
+        // A vector may be stored as [n] or [n, 1].
+        let trimmed: Vec<usize> = got.iter().copied().rev().skip_while(|&d| d == 1).collect::<Vec<_>>().into_iter().rev().collect();
+        if got != ne && trimmed != ne {
+            return Err(ModelError::TensorShape { file: self.path(), tensor: name.to_string(), expected: ne.to_vec(), got });
+        }
+        self.reg.id(name).map_err(|e| ModelError::Inconsistent { file: self.path(), key: name.to_string(), reason: e.to_string() })
+    }
+
+    fn norm(&self, name: &str, n: usize) -> Result<TensorId, ModelError> {
+        self.tensor(name, &[n], |d| d == DType::F32, "F32")
+    }
+
+    /// A linear weight of `n_in` → `n_out` (ggml ne `[n_in, n_out]`), ternary or float.
+    fn linear(&self, name: &str, n_in: usize, n_out: usize) -> Result<LinearWeight, ModelError> {
+        let weight_name = format!("{name}.weight");
+        let weight = self.tensor(&weight_name, &[n_in, n_out], |d| d.is_ternary() || matches!(d, DType::F32 | DType::F16 | DType::BF16), "I2_S, TQ1_0, TQ2_0, F16, BF16 or F32")?;
+        let ternary = self.file.tensor_info(&weight_name)?.dtype.is_ternary();
+        let scale_name = format!("{name}.scale");
+        let scale = match self.file.tensor_info(&scale_name) {
+            Ok(_) => Some(self.tensor(&scale_name, &[1], |d| d == DType::F32, "F32")?),
+            Err(_) => None,
+        };
+        if scale.is_some() && !ternary {
+            return Err(ModelError::Inconsistent {
+                file: self.path(),
+                key: scale_name,
+                reason: "a separate .scale tensor is supported with ternary weights only".to_string(),
+            });
+        }
+        Ok(LinearWeight { weight, scale, ternary })
+    }
+}
+
+impl Weights {
+    /// Binds every tensor the config implies, checking shapes and types.
+    pub(crate) fn bind(file: &GgufFile, cfg: &ModelConfig, reg: &Registry) -> Result<Weights, ModelError> {
+        let b = Binder { file, reg };
+        let (d, kv, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
+        let token_embd = b.tensor("token_embd.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?;
+        let layers = (0..cfg.n_layer)
+            .map(|l| {
+                let n = |role: &str| format!("blk.{l}.{role}");
+                Ok(LayerWeights {
+                    attn_norm: b.norm(&n("attn_norm.weight"), d)?,
+                    q: b.linear(&n("attn_q"), d, d)?,
+                    k: b.linear(&n("attn_k"), d, kv)?,
+                    v: b.linear(&n("attn_v"), d, kv)?,
+                    attn_sub_norm: b.norm(&n("attn_sub_norm.weight"), d)?,
+                    o: b.linear(&n("attn_output"), d, d)?,
+                    ffn_norm: b.norm(&n("ffn_norm.weight"), d)?,
+                    gate: b.linear(&n("ffn_gate"), d, ff)?,
+                    up: b.linear(&n("ffn_up"), d, ff)?,
+                    ffn_sub_norm: b.norm(&n("ffn_sub_norm.weight"), ff)?,
+                    down: b.linear(&n("ffn_down"), ff, d)?,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        let output_norm = b.norm("output_norm.weight", d)?;
+        let lm_head = match file.tensor_info("output.weight") {
+            Ok(_) => b.tensor("output.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?,
+            Err(_) => token_embd,
+        };
+        Ok(Weights { token_embd, layers, output_norm, lm_head })
+    }
+}
