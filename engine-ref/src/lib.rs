@@ -6,7 +6,7 @@
 //! every other engine is tested against. Clarity beats speed; the only parallelism is rayon
 //! over independent output rows, which keeps every result bit-for-bit deterministic.
 //!
-//! It must not know what a transformer is, nor anything about GPUs.
+//! It must not know about models (what a weight is for) nor anything about GPUs.
 
 #![forbid(unsafe_code)]
 
