@@ -31,3 +31,57 @@ pub const TINY_MODELS: [&str; 7] = [
     "tiny_bitnet_f32",
     "tiny_bitnet_tq2_0_scaletensors",
 ];
+
+/// A 2-D float32 `.npy` array (NPY 1.0, `<f4`, C order), as the fixtures ship them.
+#[derive(Clone, Debug)]
+pub struct Npy {
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Row-major values.
+    pub data: Vec<f32>,
+}
+
+impl Npy {
+    /// Row `r`.
+    pub fn row(&self, r: usize) -> &[f32] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// Reads a 2-D little-endian float32 `.npy` file; panics with the path on anything else
+/// (test helper: the fixtures are known files).
+pub fn read_npy(path: &std::path::Path) -> Npy {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(bytes.len() >= 10 && &bytes[..6] == b"\x93NUMPY", "{}: not an npy file", path.display());
+    assert_eq!(bytes[6], 1, "{}: npy version {} (expected 1.0)", path.display(), bytes[6]);
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).expect("ascii header");
+    assert!(header.contains("'descr': '<f4'"), "{}: dtype is not <f4: {header}", path.display());
+    assert!(header.contains("'fortran_order': False"), "{}: not C order", path.display());
+    let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("shape in header");
+    let dims: Vec<usize> = shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().expect("dim")).collect();
+    assert_eq!(dims.len(), 2, "{}: shape {dims:?} is not 2-D", path.display());
+    let data: Vec<f32> = bytes[10 + header_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(data.len(), dims[0] * dims[1], "{}: data length", path.display());
+    Npy { rows: dims[0], cols: dims[1], data }
+}
+
+/// A golden logits file of a tiny model, `<model>.<case>.<source>.<kind>_logits.npy`.
+///
+/// Identical goldens are stored once (fixture README: the I2_S, TQ2_0 and TQ1_0 reference
+/// logits are bitwise equal, and so are most of the `.scale`-tensor model's and the plain
+/// TQ2_0 model's): a model without its own copy reads its twin's.
+pub fn golden(model: &str, case: &str, source: &str, kind: &str) -> PathBuf {
+    let own = tiny(&format!("{model}.{case}.{source}.{kind}_logits.npy"));
+    if own.exists() {
+        return own;
+    }
+    let twin = match model {
+        "tiny_b158_tq2_0" | "tiny_b158_tq1_0" => "tiny_b158_i2_s",
+        "tiny_bitnet_tq2_0_scaletensors" => "tiny_bitnet_tq2_0",
+        _ => model,
+    };
+    tiny(&format!("{twin}.{case}.{source}.{kind}_logits.npy"))
+}
