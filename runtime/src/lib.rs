@@ -19,3 +19,6 @@ pub use bitnet::LogitsRows;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use model::{KvCache, Model};
+mod generate;
+
+pub use generate::{generate, GenerateOptions, Generation, StopReason};
