@@ -57,3 +57,28 @@ pub trait Engine {
         Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 }
+
+/// A boxed engine is an engine, so a caller can pick one at run time (`--engine`).
+impl<E: Engine + ?Sized> Engine for Box<E> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn memory(&self) -> &Registry {
+        (**self).memory()
+    }
+    fn memory_mut(&mut self) -> &mut Registry {
+        (**self).memory_mut()
+    }
+    fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
+        (**self).execute(program, params)
+    }
+    fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError> {
+        (**self).write(tensor, bytes)
+    }
+    fn read(&mut self, tensor: TensorId) -> Result<Vec<u8>, ExecError> {
+        (**self).read(tensor)
+    }
+    fn sync(&mut self) -> Result<(), ExecError> {
+        (**self).sync()
+    }
+}
