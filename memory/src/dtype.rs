@@ -32,9 +32,9 @@ pub enum DType {
     Q4_1,
     /// 32 elements in 34 bytes: f16 scale, 32 × i8; value q·d.
     Q8_0,
-    /// Ternary, base-3 packed: 256 elements in 54 bytes (qs[48], qh[4], f16 d).
+    /// Ternary, base-3 packed: 256 elements in 54 bytes (`qs[48]`, `qh[4]`, f16 `d`).
     TQ1_0,
-    /// Ternary, 2-bit packed: 256 elements in 66 bytes (qs[64], f16 d).
+    /// Ternary, 2-bit packed: 256 elements in 66 bytes (`qs[64]`, f16 `d`).
     TQ2_0,
     /// Ternary, Microsoft bitnet.cpp x86 layout: 128 elements in 32 bytes, per-tensor f32
     /// scale in a 32-byte trailer after the packed data.
