@@ -262,7 +262,7 @@ fn truncation_at_every_section_boundary() {
         let w = walk(&bytes);
         let mut boundaries = w.boundaries.clone();
         // Cut a copy shorter and shorter: one copy, then set_len at each boundary.
-        boundaries.sort_by(|a, b| b.0.cmp(&a.0));
+        boundaries.sort_by_key(|b| std::cmp::Reverse(b.0));
         boundaries.dedup_by_key(|b| b.0);
         assert!(boundaries.len() > 300, "{file}: only {} boundaries", boundaries.len());
         let dir = tempfile::tempdir().expect("temp dir");
