@@ -105,6 +105,12 @@ fn empty_and_missing_files() {
         GgufError::Truncated { offset: 0, needed: 4, available: 0, .. } => {}
         other => panic!("expected Truncated, got {other:?}"),
     }
+    match GgufFile::from_bytes("empty.gguf", &[]) {
+        Err(e @ GgufError::Truncated { offset: 0, needed: 4, available: 0, .. }) => {
+            assert!(e.to_string().starts_with("empty.gguf: truncated at offset 0 while reading the magic"), "{e}");
+        }
+        other => panic!("expected Truncated, got {other:?}"),
+    }
     let missing = Path::new("/nonexistent/dir/model.gguf");
     match GgufFile::open(missing) {
         Err(e @ GgufError::Io { .. }) => assert!(e.to_string().contains("/nonexistent/dir/model.gguf"), "{e}"),

@@ -105,7 +105,11 @@ fn map_file(file: &File) -> std::io::Result<Mmap> {
 }
 
 impl GgufFile {
-    /// Opens, maps and validates the file at `path`.
+    /// Opens, maps (read-only) and validates the file at `path`.
+    ///
+    /// The map is only as stable as the file: if another process truncates or rewrites the
+    /// file while it is open, reading tensor bytes can raise SIGBUS or see new contents.
+    /// Every check here uses the length the file had when it was mapped.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| GgufError::Io { path: path.clone(), source };
