@@ -1,2 +1,55 @@
-//! cli (being written)
-fn main() {}
+//! `purebee-rs`: the purebee-rs command line.
+//!
+//! One subcommand per file: `inspect` ([`inspect`]) prints what a GGUF file holds.
+//! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
+//! errors already name the file, key or tensor concerned.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod inspect;
+
+/// purebee-rs: an inference engine for BitNet / ternary LLMs.
+#[derive(Debug, Parser)]
+#[command(name = "purebee-rs", version)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print a GGUF file's header, metadata, tensor table and totals.
+    Inspect(inspect::InspectArgs),
+}
+
+/// An error of any subcommand, printed as `error: <message>`.
+type CliError = Box<dyn std::error::Error>;
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    match cli.command {
+        Command::Inspect(args) => inspect::run(&args, &mut out)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A closed pipe (`purebee-rs inspect m.gguf | head`) is not an error of ours.
+        Err(e) if e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) => {
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

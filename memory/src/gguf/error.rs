@@ -56,7 +56,7 @@ pub enum GgufError {
     },
     /// A count (tensors, metadata entries, array elements) larger than the rest of the file
     /// could hold even if every item had its smallest size.
-    #[error("{}: {what} at offset {offset} is {count}, which cannot fit: {count} items of at least {min_bytes_each} bytes each exceed the {available} bytes left", path.display())]
+    #[error("{}: {what} at offset {offset} is {count}, but {count} items of at least {min_bytes_each} bytes each cannot fit in the {available} bytes left (corrupt or truncated file)", path.display())]
     CountTooLarge {
         /// The file.
         path: PathBuf,

@@ -105,7 +105,11 @@ fn map_file(file: &File) -> std::io::Result<Mmap> {
 }
 
 impl GgufFile {
-    /// Opens, maps and validates the file at `path`.
+    /// Opens, maps (read-only) and validates the file at `path`.
+    ///
+    /// The map is only as stable as the file: if another process truncates or rewrites the
+    /// file while it is open, reading tensor bytes can raise SIGBUS or see new contents.
+    /// Every check here uses the length the file had when it was mapped.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| GgufError::Io { path: path.clone(), source };
@@ -141,15 +145,13 @@ impl GgufFile {
         let tensor_count = cur.u64(&|| "the tensor count".to_string())?;
         let kv_count_offset = cur.offset();
         let kv_count = cur.u64(&|| "the metadata entry count".to_string())?;
-        // The tensor infos follow the metadata, so this bound is loose; it is tightened
-        // after the metadata is read, before anything is reserved for the tensors.
-        cur.check_count(tensor_count, MIN_TENSOR_INFO_BYTES, tensor_count_offset, &|| "the tensor count".to_string())?;
         let kv_count =
             cur.check_count(kv_count, MIN_KV_BYTES, kv_count_offset, &|| "the metadata entry count".to_string())?;
 
         let (metadata, key_index) = read_metadata(&mut cur, kv_count)?;
         let alignment = alignment(&path, &metadata, &key_index)?;
 
+        // The tensor infos follow the metadata: check their count against what is left then.
         let tensor_count =
             cur.check_count(tensor_count, MIN_TENSOR_INFO_BYTES, tensor_count_offset, &|| "the tensor count".to_string())?;
         let mut tensors = Vec::with_capacity(tensor_count);

@@ -330,7 +330,7 @@ impl MetaValue {
         })?;
         let x = v as f32;
         if v.is_finite() && !x.is_finite() {
-            return Err(Mismatch::OutOfRange { value: v.to_string(), target: "f32" });
+            return Err(Mismatch::OutOfRange { value: format!("{v:e}"), target: "f32" });
         }
         Ok(x)
     }
