@@ -1,15 +1,21 @@
 //! `purebee-rs`: the purebee-rs command line.
 //!
-//! One subcommand per file: `inspect` ([`inspect`]) prints what a GGUF file holds.
+//! One subcommand per file: `inspect` prints what a GGUF file holds, `logits` writes the
+//! logits of a token sequence as `.npy`.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
 //! errors already name the file, key or tensor concerned.
+
+#![forbid(unsafe_code)]
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod engine_choice;
 mod inspect;
+mod logits;
+mod npy;
 
 /// purebee-rs: an inference engine for BitNet / ternary LLMs.
 #[derive(Debug, Parser)]
@@ -25,6 +31,8 @@ struct Cli {
 enum Command {
     /// Print a GGUF file's header, metadata, tensor table and totals.
     Inspect(inspect::InspectArgs),
+    /// Write the logits of every position of a token sequence as float32 .npy.
+    Logits(logits::LogitsArgs),
 }
 
 /// An error of any subcommand, printed as `error: <message>`.
@@ -35,6 +43,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let mut out = io::BufWriter::new(stdout.lock());
     match cli.command {
         Command::Inspect(args) => inspect::run(&args, &mut out)?,
+        Command::Logits(args) => logits::run(&args)?,
     }
     out.flush()?;
     Ok(())

@@ -434,7 +434,6 @@ fn kv_write_and_causal_grouped_query_attention() {
     let (hd, n_head, n_kv, n_ctx) = (2usize, 4usize, 2usize, 4usize);
     let mut e = RefEngine::new();
     let mut b = ProgramBuilder::new("p", e.memory_mut());
-    let pos = b.param_u32("pos").expect("param");
     let kc = b.alloc("k_cache", DType::F32, &[n_ctx, n_kv * hd]).expect("declare");
     let vc = b.alloc("v_cache", DType::F32, &[n_ctx, n_kv * hd]).expect("declare");
     let q = b.alloc("q", DType::F32, &[2, n_head * hd]).expect("declare");
@@ -442,7 +441,7 @@ fn kv_write_and_causal_grouped_query_attention() {
     let v = b.alloc("v", DType::F32, &[2, n_kv * hd]).expect("declare");
     let o = b.alloc("o", DType::F32, &[2, n_head * hd]).expect("declare");
     let init = b.finish();
-    e.execute(&init, &[ParamValue::U32(0)]).expect("allocates");
+    e.execute(&init, &[]).expect("allocates");
 
     let mut b = ProgramBuilder::new("step", e.memory_mut());
     let pos = b.param_u32("pos").expect("param");
@@ -472,7 +471,6 @@ fn kv_write_and_causal_grouped_query_attention() {
         e.execute(&step, &[ParamValue::U32(3)]),
         Err(ExecError::ContextOverflow { op: "KV_WRITE", tensor: "k_cache".into(), pos: 3, end: 5, n_ctx: 4 })
     );
-    let _ = pos;
 }
 
 #[test]
@@ -530,14 +528,13 @@ fn argmax_takes_the_lowest_index_of_the_maximum_and_skips_nan() {
 fn a_program_runs_many_times_with_new_parameters() {
     let mut e = RefEngine::new();
     let mut b = ProgramBuilder::new("p", e.memory_mut());
-    let pos = b.param_u32("pos").expect("param");
     let cache = b.alloc("cache", DType::F32, &[3, 1]).expect("declare");
     let src = b.alloc("src", DType::F32, &[1, 1]).expect("declare");
     let init = b.finish();
-    e.execute(&init, &[ParamValue::U32(0)]).expect("runs");
+    e.execute(&init, &[]).expect("runs");
     let mut b = ProgramBuilder::new("step", e.memory_mut());
-    let pos2 = b.param_u32("pos").expect("param");
-    b.kv_write(cache, src, pos2).expect("valid");
+    let pos = b.param_u32("pos").expect("param");
+    b.kv_write(cache, src, pos).expect("valid");
     let step = b.finish();
     for p in 0..3u32 {
         e.write_f32(src, &[p as f32 + 10.0]).expect("size");
@@ -545,5 +542,4 @@ fn a_program_runs_many_times_with_new_parameters() {
     }
     assert_eq!(e.read_f32(cache).expect("live"), vec![10.0, 11.0, 12.0]);
     assert_eq!(e.execute(&step, &[]), Err(ExecError::ParamCount { expected: 1, got: 0 }));
-    let _ = pos;
 }
