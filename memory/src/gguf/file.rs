@@ -97,7 +97,7 @@ impl fmt::Debug for GgufFile {
 fn map_file(file: &File) -> std::io::Result<Mmap> {
     // SAFETY: `Mmap::map` is unsafe because the mapped bytes can change or disappear while
     // the map lives if another process writes to or truncates the file. We map read-only
-    // and private, and never hand out a mutable view. Every size is checked against the
+    // and never hand out a mutable view. Every size is checked against the
     // length the map had at open, so reads stay inside the map; but if another process
     // truncates the file afterwards, touching the lost pages raises SIGBUS, which no safe
     // wrapper can prevent. Callers must not modify model files while they are open.
