@@ -11,6 +11,9 @@
 //! streaming decoder are checked on the same texts.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
 
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::tokenizer::{PreTokenizerKind, Tokenizer};
@@ -50,8 +53,9 @@ fn load(path: &Path) -> Tokenizer {
     Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn tiny() -> Tokenizer {
-    load(&repo().join("fixtures/bitnet-tiny/tiny_b158_i2_s.gguf"))
+fn tiny() -> &'static Tokenizer {
+    static TINY: OnceLock<Tokenizer> = OnceLock::new();
+    TINY.get_or_init(|| load(&repo().join("fixtures/bitnet-tiny/tiny_b158_i2_s.gguf")))
 }
 
 /// Checks every case exactly and reports all mismatches at once.
@@ -63,7 +67,13 @@ fn check_all_cases(tok: &Tokenizer, cases: &[Case]) {
             failures.push(format!("text {:?}\n  got      {:?}\n  expected {:?}", case.text, got, case.ids));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ from llama.cpp:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ from llama.cpp:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 /// Round trip, BOS and streaming on every case.
@@ -109,12 +119,12 @@ fn tiny_tokenizer_metadata() {
 fn tiny_tokenizer_matches_llama_cpp_on_every_case() {
     let cases = cases("tiny_bitnet");
     assert_eq!(cases.len(), 12, "the fixture has 12 texts per tokenizer");
-    check_all_cases(&tiny(), &cases);
+    check_all_cases(tiny(), &cases);
 }
 
 #[test]
 fn tiny_tokenizer_round_trips_adds_bos_and_streams() {
-    check_properties(&tiny(), &cases("tiny_bitnet"));
+    check_properties(tiny(), &cases("tiny_bitnet"));
 }
 
 #[test]
@@ -135,11 +145,15 @@ fn special_tokens_are_parsed_only_when_asked() {
     assert!(plain.len() > parsed.len(), "{plain:?}");
     assert_eq!(tok.decode(&plain), text);
     // The plain encoding spells the markers out in ordinary tokens.
-    assert_eq!(plain, tok.encode("<|im_start|>", false, false).into_iter()
-        .chain(tok.encode("user\nHi", false, false))
-        .chain(tok.encode("<|im_end|>", false, false))
-        .chain(tok.encode("\n", false, false))
-        .collect::<Vec<_>>());
+    assert_eq!(
+        plain,
+        tok.encode("<|im_start|>", false, false)
+            .into_iter()
+            .chain(tok.encode("user\nHi", false, false))
+            .chain(tok.encode("<|im_end|>", false, false))
+            .chain(tok.encode("\n", false, false))
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -177,6 +191,25 @@ fn streaming_can_skip_control_tokens() {
     let b: String = ids.iter().map(|&id| hidden.push(id)).collect();
     assert_eq!(a, "<|endoftext|><|im_start|>user\nHi<|im_end|>\n");
     assert_eq!(b, "user\nHi\n");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn any_text_round_trips(text in any::<String>(), parse_special in any::<bool>()) {
+        let tok = tiny();
+        prop_assert_eq!(tok.decode(&tok.encode(&text, false, parse_special)), text);
+    }
+
+    #[test]
+    fn streaming_any_ids_gives_what_decode_gives(ids in prop::collection::vec(0u32..8300, 0..40)) {
+        let tok = tiny();
+        let mut stream = tok.stream_decoder();
+        let mut streamed: String = ids.iter().map(|&id| stream.push(id)).collect();
+        streamed.push_str(&stream.finish());
+        prop_assert_eq!(streamed, tok.decode(&ids));
+    }
 }
 
 /// The SmolLM2 GGUF, or `None` when skipping is explicitly requested.

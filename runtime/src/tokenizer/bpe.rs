@@ -56,7 +56,8 @@ impl MergeTable {
             joined.push_str(left);
             joined.push_str(right);
             let id = lookup(&joined)?;
-            let rank = u32::try_from(rank).map_err(|_| TokenizerError::MalformedMerge { rank, merge: merge.clone() })?;
+            let rank =
+                u32::try_from(rank).map_err(|_| TokenizerError::MalformedMerge { rank, merge: merge.clone() })?;
             pairs.entry((l, r)).or_insert(Merge { rank, id });
         }
         Ok(MergeTable { pairs })
@@ -219,9 +220,15 @@ mod tests {
         let err = MergeTable::new(&["ab".to_string()], &ids).err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("tokenizer.ggml.merges[0] = 'ab' is not of the form 'left right'"));
         let err = MergeTable::new(&["a b".to_string()], &ids).err().map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some("tokenizer.ggml.merges[0] = 'a b' names 'ab', which is not in tokenizer.ggml.tokens"));
+        assert_eq!(
+            err.as_deref(),
+            Some("tokenizer.ggml.merges[0] = 'a b' names 'ab', which is not in tokenizer.ggml.tokens")
+        );
         let err = MergeTable::new(&["a x".to_string()], &ids).err().map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some("tokenizer.ggml.merges[0] = 'a x' names 'x', which is not in tokenizer.ggml.tokens"));
+        assert_eq!(
+            err.as_deref(),
+            Some("tokenizer.ggml.merges[0] = 'a x' names 'x', which is not in tokenizer.ggml.tokens")
+        );
         let err = MergeTable::new(&[" a".to_string()], &ids).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("merges[0]")));
         // A multi-byte first character is fine (the separator search works on bytes).

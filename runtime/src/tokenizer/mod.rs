@@ -26,8 +26,8 @@
 //! detokenizer (`clean_spaces`, which removes a space before `?!.,`) is not done, so
 //! `decode(encode(text)) == text` for every text.
 
-pub mod bytes;
 mod bpe;
+pub mod bytes;
 mod error;
 mod pretokenize;
 mod special;

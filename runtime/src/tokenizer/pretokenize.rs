@@ -140,9 +140,7 @@ impl Lookahead {
         match self {
             Lookahead::None => false,
             Lookahead::Whitespace => piece.chars().all(char::is_whitespace),
-            Lookahead::WhitespaceWithoutNewline => {
-                piece.chars().all(|c| c.is_whitespace() && c != '\r' && c != '\n')
-            }
+            Lookahead::WhitespaceWithoutNewline => piece.chars().all(|c| c.is_whitespace() && c != '\r' && c != '\n'),
         }
     }
 }
@@ -245,7 +243,10 @@ mod tests {
             split(PreTokenizerKind::LlamaBpe, "tabs\tand\nnewlines\n\n  indented"),
             ["tabs", "\tand", "\n", "newlines", "\n\n", " ", " indented"]
         );
-        assert_eq!(split(PreTokenizerKind::LlamaBpe, "1234567 WE'RE x   "), ["123", "456", "7", " WE", "'RE", " x", "   "]);
+        assert_eq!(
+            split(PreTokenizerKind::LlamaBpe, "1234567 WE'RE x   "),
+            ["123", "456", "7", " WE", "'RE", " x", "   "]
+        );
         assert_eq!(split(PreTokenizerKind::LlamaBpe, "a  \n b"), ["a", "  \n", " b"]);
         assert_eq!(split(PreTokenizerKind::LlamaBpe, "a. \r\n"), ["a", ".", " \r\n"]);
         assert_eq!(split(PreTokenizerKind::LlamaBpe, "x ...\n\ny"), ["x", " ...\n\n", "y"]);
