@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod sampler;
+pub mod tokenizer;
 mod bitnet;
 mod config;
 mod error;

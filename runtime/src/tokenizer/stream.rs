@@ -1,0 +1,86 @@
+//! Streaming detokenization: text out as tokens arrive, with UTF-8 characters that are
+//! split across tokens held back until they are complete.
+
+use super::Tokenizer;
+
+/// Turns a stream of token ids into text, one piece per [`StreamDecoder::push`].
+///
+/// Byte-level tokens need not end on a character boundary (an emoji is often four byte
+/// tokens). The decoder keeps the bytes of an unfinished character and emits the character
+/// once its last byte arrives, so every character is emitted exactly once and a split
+/// character never shows up as U+FFFD on the way. Bytes that can never become valid UTF-8
+/// are emitted as U+FFFD as soon as that is certain; [`StreamDecoder::finish`] flushes an
+/// unfinished character the same way.
+///
+/// Control tokens render as their text (as [`Tokenizer::decode_token`] gives them) unless
+/// [`StreamDecoder::skip_control`] is set.
+#[derive(Debug, Clone)]
+pub struct StreamDecoder<'a> {
+    tokenizer: &'a Tokenizer,
+    pending: Vec<u8>,
+    skip_control: bool,
+}
+
+impl<'a> StreamDecoder<'a> {
+    /// A decoder for ids of `tokenizer`.
+    pub fn new(tokenizer: &'a Tokenizer) -> StreamDecoder<'a> {
+        StreamDecoder { tokenizer, pending: Vec::new(), skip_control: false }
+    }
+
+    /// Whether control tokens (such as `<|im_end|>`) produce no text.
+    pub fn skip_control(mut self, skip: bool) -> StreamDecoder<'a> {
+        self.skip_control = skip;
+        self
+    }
+
+    /// Adds one token and returns the text that is now complete (possibly empty).
+    pub fn push(&mut self, id: u32) -> String {
+        if !(self.skip_control && self.tokenizer.is_control(id)) {
+            self.pending.extend_from_slice(self.tokenizer.decode_token(id));
+        }
+        let mut out = String::new();
+        let mut rest: &[u8] = &self.pending;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    out.push_str(s);
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, tail) = rest.split_at(e.valid_up_to());
+                    out.push_str(&String::from_utf8_lossy(valid));
+                    match e.error_len() {
+                        // Invalid bytes: no later byte can repair them.
+                        Some(n) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            rest = tail.get(n..).unwrap_or_default();
+                        }
+                        // A character that may still be completed by the next token.
+                        None => {
+                            rest = tail;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let keep = rest.len();
+        let drop = self.pending.len() - keep;
+        self.pending.drain(..drop);
+        out
+    }
+
+    /// Returns what is left (an unfinished character becomes U+FFFD) and resets the
+    /// decoder.
+    pub fn finish(&mut self) -> String {
+        let out = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        out
+    }
+
+    /// Whether bytes of an unfinished character are held back.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+}
