@@ -1,7 +1,7 @@
 //! `purebee-rs`: the purebee-rs command line.
 //!
-//! One subcommand per file: `inspect` prints what a GGUF file holds, `logits` writes the
-//! logits of a token sequence as `.npy`.
+//! One subcommand per file: `inspect` prints what a GGUF file holds, `run` generates text,
+//! `logits` writes the logits of a token sequence as `.npy`, `tokenize` prints token ids.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
 //! errors already name the file, key or tensor concerned.
 
@@ -16,6 +16,8 @@ mod engine_choice;
 mod inspect;
 mod logits;
 mod npy;
+mod run;
+mod tokenize;
 
 /// purebee-rs: an inference engine for BitNet / ternary LLMs.
 #[derive(Debug, Parser)]
@@ -31,8 +33,12 @@ struct Cli {
 enum Command {
     /// Print a GGUF file's header, metadata, tensor table and totals.
     Inspect(inspect::InspectArgs),
+    /// Generate text from a prompt, streamed to stdout.
+    Run(run::RunArgs),
     /// Write the logits of every position of a token sequence as float32 .npy.
     Logits(logits::LogitsArgs),
+    /// Print the token ids of a text.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 /// An error of any subcommand, printed as `error: <message>`.
@@ -43,7 +49,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let mut out = io::BufWriter::new(stdout.lock());
     match cli.command {
         Command::Inspect(args) => inspect::run(&args, &mut out)?,
+        Command::Run(args) => run::run(&args, &mut out)?,
         Command::Logits(args) => logits::run(&args)?,
+        Command::Tokenize(args) => tokenize::run(&args, &mut out)?,
     }
     out.flush()?;
     Ok(())

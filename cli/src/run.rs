@@ -37,19 +37,19 @@ pub struct RunArgs {
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
     pub n_predict: i64,
     /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temp: f32,
     /// Top-k sampling (>= 1 when sampling).
     #[arg(long, default_value_t = 40)]
     pub top_k: usize,
     /// Top-p (nucleus) sampling, in (0, 1].
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Min-p sampling, in [0, 1].
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub min_p: f32,
     /// Repeat penalty (1: off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub repeat_penalty: f32,
     /// How many recent tokens the repeat penalty looks at.
     #[arg(long, default_value_t = 64)]
@@ -103,10 +103,15 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
         return Err(format!("--tokens: id {bad} is outside the vocabulary of {} tokens", model.config().n_vocab).into());
     }
+    if prompt_ids.len() > model.n_ctx() {
+        let c = model.config();
+        return Err(purebee_runtime::ModelError::ContextFull { tokens: prompt_ids.len(), pos: 0, n_ctx: model.n_ctx(), n_ctx_train: c.n_ctx_train }.into());
+    }
     let max_new_tokens = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
     let opts = GenerateOptions { max_new_tokens, ignore_eos: args.ignore_eos, sampler };
 
-    let mut decoder = StreamDecoder::new(&tokenizer);
+    // Control tokens (an end-of-turn marker) are not text: they are not printed.
+    let mut decoder = StreamDecoder::new(&tokenizer).skip_control(true);
     let mut text = String::new();
     let mut write_error = None;
     if args.output == Output::Text {

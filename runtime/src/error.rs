@@ -89,6 +89,6 @@ pub enum ModelError {
     #[error(transparent)]
     Sampler(#[from] SamplerError),
     /// A tokenizer that cannot be built from the file.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
 }

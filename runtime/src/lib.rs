@@ -10,16 +10,16 @@
 
 pub mod sampler;
 pub mod tokenizer;
+
 mod bitnet;
 mod config;
 mod error;
+mod generate;
 mod model;
 mod weights;
 
 pub use bitnet::LogitsRows;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
-pub use model::{KvCache, Model};
-mod generate;
-
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
+pub use model::{KvCache, Model};
