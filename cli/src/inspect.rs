@@ -225,13 +225,21 @@ fn write_text(g: &GgufFile, out: &mut dyn Write) -> std::io::Result<()> {
         .iter()
         .map(|t| format!("[{}]", t.ne.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")))
         .collect();
-    let (h_name, h_type, h_ne, h_bytes, h_off) = ("name", "type", "ne (ggml order, ne0 first)", "bytes", "offset (in data section)");
+    let (h_name, h_type, h_ne, h_bytes, h_off) =
+        ("name", "type", "ne (ggml order, ne0 first)", "bytes", "offset (in data section)");
     let name_w = g.tensors().iter().map(|t| t.name.len()).chain([h_name.len()]).max().unwrap_or(0);
     let ne_w = ne_text.iter().map(String::len).chain([h_ne.len()]).max().unwrap_or(0);
     let bytes_w = g.tensors().iter().map(|t| t.n_bytes.to_string().len()).chain([h_bytes.len()]).max().unwrap_or(0);
     writeln!(out, "  {h_name:<name_w$}  {h_type:<6}  {h_ne:<ne_w$}  {h_bytes:>bytes_w$}  {h_off}")?;
     for (t, ne) in g.tensors().iter().zip(&ne_text) {
-        writeln!(out, "  {:<name_w$}  {:<6}  {ne:<ne_w$}  {:>bytes_w$}  {}", t.name, t.dtype.name(), t.n_bytes, t.offset)?;
+        writeln!(
+            out,
+            "  {:<name_w$}  {:<6}  {ne:<ne_w$}  {:>bytes_w$}  {}",
+            t.name,
+            t.dtype.name(),
+            t.n_bytes,
+            t.offset
+        )?;
     }
 
     let (all, by_type) = totals(g);
@@ -262,7 +270,8 @@ mod tests {
         assert!(j.get("value").is_none());
         assert_eq!(text_value(&long, 80), "[0, 1, 2, 3, 4, 5, 6, 7, … (92 more)]");
 
-        let short = MetaValue::Array(MetaArray::new(MetaType::Array, vec![MetaValue::Array(MetaArray::of_i32([1, -2]))]));
+        let short =
+            MetaValue::Array(MetaArray::new(MetaType::Array, vec![MetaValue::Array(MetaArray::of_i32([1, -2]))]));
         assert_eq!(entry_json(&short), json!({"type": "array", "elem_type": "array", "len": 1, "value": [[1, -2]]}));
         assert_eq!(text_value(&short, 80), "[[1, -2]]");
     }

@@ -105,7 +105,13 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     if prompt_ids.len() > model.n_ctx() {
         let c = model.config();
-        return Err(purebee_runtime::ModelError::ContextFull { tokens: prompt_ids.len(), pos: 0, n_ctx: model.n_ctx(), n_ctx_train: c.n_ctx_train }.into());
+        return Err(purebee_runtime::ModelError::ContextFull {
+            tokens: prompt_ids.len(),
+            pos: 0,
+            n_ctx: model.n_ctx(),
+            n_ctx_train: c.n_ctx_train,
+        }
+        .into());
     }
     let max_new_tokens = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
     let opts = GenerateOptions { max_new_tokens, ignore_eos: args.ignore_eos, sampler };
@@ -121,15 +127,21 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
     let streaming = args.output == Output::Text;
-    let g = generate(&mut model, &prompt_ids, &opts, |t| tokenizer.is_eog(t), |t| {
-        let piece = decoder.push(t);
-        text.push_str(&piece);
-        if streaming && write_error.is_none() {
-            if let Err(e) = write!(out, "{piece}").and_then(|_| out.flush()) {
-                write_error = Some(e);
+    let g = generate(
+        &mut model,
+        &prompt_ids,
+        &opts,
+        |t| tokenizer.is_eog(t),
+        |t| {
+            let piece = decoder.push(t);
+            text.push_str(&piece);
+            if streaming && write_error.is_none() {
+                if let Err(e) = write!(out, "{piece}").and_then(|_| out.flush()) {
+                    write_error = Some(e);
+                }
             }
-        }
-    })?;
+        },
+    )?;
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -106,7 +106,11 @@ fn json_lists_every_tensor_with_the_readme_type_and_dims() {
         assert_eq!(m[format!("{arch}.attention.head_count")]["value"], 8, "{file}");
         assert_eq!(m[format!("{arch}.attention.head_count_kv")]["value"], 2, "{file}");
         assert_eq!(m[format!("{arch}.feed_forward_length")]["value"], 512, "{file}");
-        assert_eq!(m[format!("{arch}.rope.freq_base")], serde_json::json!({"type": "f32", "value": 500000.0}), "{file}");
+        assert_eq!(
+            m[format!("{arch}.rope.freq_base")],
+            serde_json::json!({"type": "f32", "value": 500000.0}),
+            "{file}"
+        );
         assert_eq!(m["general.architecture"], serde_json::json!({"type": "string", "value": arch}), "{file}");
         let tokens = &m["tokenizer.ggml.tokens"];
         assert_eq!(tokens["type"], "array", "{file}");

@@ -20,7 +20,8 @@ fn read_npy(path: &Path) -> (usize, usize, Vec<f32>) {
     let header = std::str::from_utf8(&b[10..10 + hlen]).expect("ascii");
     assert!(header.contains("'descr': '<f4'") && header.contains("'fortran_order': False"), "{header}");
     let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("shape");
-    let dims: Vec<usize> = shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().expect("dim")).collect();
+    let dims: Vec<usize> =
+        shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().expect("dim")).collect();
     let data: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert_eq!(data.len(), dims[0] * dims[1]);
     (dims[0], dims[1], data)
@@ -35,7 +36,17 @@ fn prefill_and_decode_write_llama_cpp_logits() {
     for mode in ["prefill", "decode"] {
         let out = dir.path().join(format!("{mode}.npy"));
         let status = bin()
-            .args(["logits", fixture("tiny_b158_f32.gguf").to_str().expect("utf-8 path"), "--engine", "ref", "--mode", mode, "--tokens", P16, "--out"])
+            .args([
+                "logits",
+                fixture("tiny_b158_f32.gguf").to_str().expect("utf-8 path"),
+                "--engine",
+                "ref",
+                "--mode",
+                mode,
+                "--tokens",
+                P16,
+                "--out",
+            ])
             .arg(&out)
             .status()
             .expect("runs");
@@ -58,13 +69,22 @@ fn bad_input_exits_non_zero_and_writes_nothing() {
         (&["--tokens", "0,x"], "invalid value 'x'"),
     ];
     for (args, message) in cases {
-        let o = bin().arg("logits").arg(&model).args(["--engine", "ref"]).args(args).arg("--out").arg(&out).output().expect("runs");
+        let o = bin()
+            .arg("logits")
+            .arg(&model)
+            .args(["--engine", "ref"])
+            .args(args)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("runs");
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{args:?} succeeded");
         assert!(stderr.contains(message), "{args:?}: stderr {stderr}");
         assert!(!out.exists(), "{args:?}: a file was written");
     }
-    let o = bin().args(["logits", "/nonexistent/model.gguf", "--tokens", "1", "--out"]).arg(&out).output().expect("runs");
+    let o =
+        bin().args(["logits", "/nonexistent/model.gguf", "--tokens", "1", "--out"]).arg(&out).output().expect("runs");
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/model.gguf"));
 }

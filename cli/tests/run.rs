@@ -22,7 +22,20 @@ const P16: &str = "The quick brown fox jumps over the lazy dog. Once";
 #[test]
 fn greedy_json_output_reproduces_llama_cpp_on_the_f32_model() {
     let model = fixture("tiny_b158_f32.gguf");
-    let o = purebee(&["run", model.to_str().expect("utf-8"), "-p", P16, "-n", "32", "--temp", "0", "--engine", "ref", "--output", "json"]);
+    let o = purebee(&[
+        "run",
+        model.to_str().expect("utf-8"),
+        "-p",
+        P16,
+        "-n",
+        "32",
+        "--temp",
+        "0",
+        "--engine",
+        "ref",
+        "--output",
+        "json",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
     let ids = |k: &str| j[k].as_array().expect(k).iter().map(|v| v.as_u64().expect("id")).collect::<Vec<_>>();
@@ -50,7 +63,8 @@ fn tokenize_prints_llama_cpp_ids() {
     let model = fixture("tiny_b158_i2_s.gguf");
     let o = purebee(&["tokenize", model.to_str().expect("utf-8"), "-p", P16]);
     assert!(o.status.success());
-    let want: Vec<String> = case_ids("tiny_b158_i2_s.p16.json", "prompt_token_ids").iter().map(u64::to_string).collect();
+    let want: Vec<String> =
+        case_ids("tiny_b158_i2_s.p16.json", "prompt_token_ids").iter().map(u64::to_string).collect();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), want.join(","));
 }
 

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use purebee_isa::ExecError;
 use purebee_memory::quant::QuantMatrix;
-use purebee_memory::{MemoryError, Registry, TensorId};
+use purebee_memory::{HostTensor, MemoryError, Registry, TensorId};
 
 /// Wraps a registry error with the instruction's name.
 pub(crate) fn mem(op: &'static str) -> impl Fn(MemoryError) -> ExecError {
@@ -35,23 +35,51 @@ pub(crate) fn decode_error(reg: &Registry, op: &'static str, id: TensorId, e: im
 
 /// Overwrites a live F32 tensor with `values` (exactly its element count).
 pub(crate) fn store_f32(reg: &mut Registry, op: &'static str, id: TensorId, values: &[f32]) -> Result<(), ExecError> {
+    store(reg, op, id, values, HostTensor::f32s_mut)
+}
+
+/// Overwrites a live U32 tensor with `values` (exactly its element count).
+pub(crate) fn store_u32(reg: &mut Registry, op: &'static str, id: TensorId, values: &[u32]) -> Result<(), ExecError> {
+    store(reg, op, id, values, HostTensor::u32s_mut)
+}
+
+/// Overwrites the elements of a live tensor, viewed through `view`, with `values`.
+fn store<T: Copy>(
+    reg: &mut Registry,
+    op: &'static str,
+    id: TensorId,
+    values: &[T],
+    view: for<'t> fn(&'t mut HostTensor, &str) -> Result<&'t mut [T], MemoryError>,
+) -> Result<(), ExecError> {
     let name = reg.name(id).to_string();
-    let dst = reg.get_mut(id).and_then(|t| t.f32s_mut(&name)).map_err(mem(op))?;
+    let dst = reg.get_mut(id).and_then(|t| view(t, &name)).map_err(mem(op))?;
     if dst.len() != values.len() {
-        return Err(ExecError::Memory { op, source: MemoryError::SizeMismatch { name, expected: dst.len() * 4, got: values.len() * 4 } });
+        let (expected, got) = (dst.len() * 4, values.len() * 4);
+        return Err(ExecError::Memory { op, source: MemoryError::SizeMismatch { name, expected, got } });
     }
     dst.copy_from_slice(values);
     Ok(())
 }
 
-/// Overwrites a live U32 tensor with `values` (exactly its element count).
-pub(crate) fn store_u32(reg: &mut Registry, op: &'static str, id: TensorId, values: &[u32]) -> Result<(), ExecError> {
-    let name = reg.name(id).to_string();
-    let dst = reg.get_mut(id).and_then(|t| t.u32s_mut(&name)).map_err(mem(op))?;
-    if dst.len() != values.len() {
-        return Err(ExecError::Memory { op, source: MemoryError::SizeMismatch { name, expected: dst.len() * 4, got: values.len() * 4 } });
+/// Fails unless `n` rows starting at position `pos` fit the rows of `cache`.
+pub(crate) fn check_fits(
+    reg: &Registry,
+    op: &'static str,
+    cache: TensorId,
+    pos: u32,
+    n: usize,
+) -> Result<(), ExecError> {
+    let (n_ctx, _) = dims(reg, op, cache)?;
+    let end = pos as u64 + n as u64;
+    if end > n_ctx as u64 {
+        return Err(ExecError::ContextOverflow {
+            op,
+            tensor: reg.name(cache).to_string(),
+            pos: pos as u64,
+            end,
+            n_ctx,
+        });
     }
-    dst.copy_from_slice(values);
     Ok(())
 }
 

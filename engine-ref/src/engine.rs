@@ -54,7 +54,10 @@ fn write_bytes(reg: &mut Registry, op: &'static str, id: TensorId, bytes: &[u8])
     let name = reg.name(id).to_string();
     let dst = reg.get_mut(id).map_err(mem(op))?.bytes_mut();
     if dst.len() != bytes.len() {
-        return Err(ExecError::Memory { op, source: MemoryError::SizeMismatch { name, expected: dst.len(), got: bytes.len() } });
+        return Err(ExecError::Memory {
+            op,
+            source: MemoryError::SizeMismatch { name, expected: dst.len(), got: bytes.len() },
+        });
     }
     dst.copy_from_slice(bytes);
     Ok(())

@@ -72,7 +72,10 @@ fn grid_alloc_write_read_free() {
     assert_eq!(e.memory().bytes_held(), 8);
     assert_eq!(e.read(x), Err(ExecError::Memory { op: "GRID_READ", source: MemoryError::Freed { name: "x".into() } }));
     // Running FREE again finds the tensor already freed: a run-time error naming it.
-    assert_eq!(e.execute(&free, &[]), Err(ExecError::Memory { op: "FREE", source: MemoryError::Freed { name: "x".into() } }));
+    assert_eq!(
+        e.execute(&free, &[]),
+        Err(ExecError::Memory { op: "FREE", source: MemoryError::Freed { name: "x".into() } })
+    );
 }
 
 #[test]
@@ -83,7 +86,10 @@ fn an_output_that_was_never_allocated_is_an_error_naming_it() {
     let y = b.declare("y", DType::F32, &[4]).expect("declare");
     b.silu(y, x).expect("valid");
     let p = b.finish();
-    assert_eq!(e.execute(&p, &[]), Err(ExecError::Memory { op: "SILU", source: MemoryError::NotAllocated { name: "y".into() } }));
+    assert_eq!(
+        e.execute(&p, &[]),
+        Err(ExecError::Memory { op: "SILU", source: MemoryError::NotAllocated { name: "y".into() } })
+    );
 }
 
 #[test]
@@ -258,7 +264,8 @@ fn bitlinear_integer_sums_are_exact() {
     // x holds integers with max |x| = 127, so s = 1 and q = x: y = (Σ x·t)·d exactly.
     let k = 256;
     let mut rng = Rng(3);
-    let xv: Vec<f32> = (0..k).map(|i| if i == 5 { 127.0 } else { ((rng.next_u64() % 255) as i64 - 127) as f32 }).collect();
+    let xv: Vec<f32> =
+        (0..k).map(|i| if i == 5 { 127.0 } else { ((rng.next_u64() % 255) as i64 - 127) as f32 }).collect();
     let trits: Vec<i8> = (0..3 * k).map(|_| (rng.next_u64() % 3) as i8 - 1).collect();
     let mut tq = Vec::new();
     for row in trits.chunks(k) {
@@ -318,7 +325,11 @@ fn bitlinear_with_an_all_zero_weight_gives_exactly_zero() {
     let mut rng = Rng(4);
     let mut e = RefEngine::new();
     let x = f32_weight(&mut e, "x", &[3, k], rng.vec(3 * k));
-    let w = weight(&mut e, "w", HostTensor::from_bytes("w", DType::I2_S, shape(&[5, k]), &i2_s_tensor(&vec![0; 5 * k], 1.5)).expect("size"));
+    let w = weight(
+        &mut e,
+        "w",
+        HostTensor::from_bytes("w", DType::I2_S, shape(&[5, k]), &i2_s_tensor(&vec![0; 5 * k], 1.5)).expect("size"),
+    );
     let mut b = ProgramBuilder::new("p", e.memory_mut());
     let y = b.alloc("y", DType::F32, &[3, 5]).expect("declare");
     b.bitlinear(y, x, w, None).expect("valid");
@@ -367,7 +378,17 @@ fn softmax_rows() {
     let p = b.finish();
     e.execute(&p, &[]).expect("runs");
     let third = 1.0 / 3.0;
-    let want = [0.090_030_573_170_380_46, 0.244_728_471_054_797_64, 0.665_240_955_774_821_9, 0.5, 0.5, 0.0, third, third, third];
+    let want = [
+        0.090_030_573_170_380_46,
+        0.244_728_471_054_797_64,
+        0.665_240_955_774_821_9,
+        0.5,
+        0.5,
+        0.0,
+        third,
+        third,
+        third,
+    ];
     assert_close(&e.read_f32(y).expect("live"), &want, 1e-7, "softmax");
     assert_eq!(e.read_f32(y1).expect("live"), vec![1.0]);
 }
@@ -389,7 +410,8 @@ fn rope_rotates_neox_and_normal_pairs_by_position() {
         assert_eq!(e.read_f32(y).expect("live"), xv, "position 0 is the identity");
         e.execute(&p, &[ParamValue::U32(3)]).expect("runs");
         let th = [3.0f64, 3.0 / 10.0];
-        let rot = |a: f32, b: f32, t: f64| (a as f64 * t.cos() - b as f64 * t.sin(), a as f64 * t.sin() + b as f64 * t.cos());
+        let rot =
+            |a: f32, b: f32, t: f64| (a as f64 * t.cos() - b as f64 * t.sin(), a as f64 * t.sin() + b as f64 * t.cos());
         let mut want: Vec<f64> = xv.iter().map(|&v| v as f64).collect();
         let pairs = match style {
             RopeStyle::Neox => [(0, 2), (1, 3)],
@@ -411,7 +433,16 @@ fn rope_rows_are_consecutive_positions_and_heads_independent() {
     let x = f32_weight(&mut e, "x", &[rows, heads * hd], xv.clone());
     let mut b = ProgramBuilder::new("p", e.memory_mut());
     let y = b.alloc("y", DType::F32, &[rows, heads * hd]).expect("declare");
-    b.rope(Rope { out: y, x, head_dim: hd as u32, rot_dim: hd as u32, style: RopeStyle::Neox, base: 10000.0.into(), pos: 7.into() }).expect("valid");
+    b.rope(Rope {
+        out: y,
+        x,
+        head_dim: hd as u32,
+        rot_dim: hd as u32,
+        style: RopeStyle::Neox,
+        base: 10000.0.into(),
+        pos: 7.into(),
+    })
+    .expect("valid");
     let p = b.finish();
     e.execute(&p, &[]).expect("runs");
     let got = e.read_f32(y).expect("live");
@@ -422,7 +453,12 @@ fn rope_rows_are_consecutive_positions_and_heads_independent() {
                 let base = r * heads * hd + h * hd;
                 let (a, b) = (xv[base + i] as f64, xv[base + i + hd / 2] as f64);
                 assert_close(&got[base + i..base + i + 1], &[a * th.cos() - b * th.sin()], 1e-6, "rope a");
-                assert_close(&got[base + i + hd / 2..base + i + hd / 2 + 1], &[a * th.sin() + b * th.cos()], 1e-6, "rope b");
+                assert_close(
+                    &got[base + i + hd / 2..base + i + hd / 2 + 1],
+                    &[a * th.sin() + b * th.cos()],
+                    1e-6,
+                    "rope b",
+                );
             }
         }
     }
@@ -493,12 +529,16 @@ fn attention_over_many_positions_matches_f64() {
         for h in 0..n_head {
             let g = h / (n_head / n_kv);
             let scores: Vec<f64> = (0..=4 + r)
-                .map(|t| (0..hd).map(|i| qv[r * qw + h * hd + i] as f64 * kv[t * kw + g * hd + i] as f64).sum::<f64>() / (hd as f64).sqrt())
+                .map(|t| {
+                    (0..hd).map(|i| qv[r * qw + h * hd + i] as f64 * kv[t * kw + g * hd + i] as f64).sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
                 .collect();
             let mx = scores.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = scores.iter().map(|s| (s - mx).exp()).sum();
             for i in 0..hd {
-                let want: f64 = scores.iter().enumerate().map(|(t, s)| (s - mx).exp() / z * vv[t * kw + g * hd + i] as f64).sum();
+                let want: f64 =
+                    scores.iter().enumerate().map(|(t, s)| (s - mx).exp() / z * vv[t * kw + g * hd + i] as f64).sum();
                 assert_close(&got[r * qw + h * hd + i..][..1], &[want], 1e-6, &format!("row {r} head {h} i {i}"));
             }
         }
@@ -508,7 +548,12 @@ fn attention_over_many_positions_matches_f64() {
 #[test]
 fn argmax_takes_the_lowest_index_of_the_maximum_and_skips_nan() {
     let mut e = RefEngine::new();
-    let x = f32_weight(&mut e, "x", &[4, 3], vec![1.0, 3.0, 3.0, f32::NAN, -1.0, -2.0, f32::NAN, f32::NAN, f32::NAN, -5.0, -5.0, -4.0]);
+    let x = f32_weight(
+        &mut e,
+        "x",
+        &[4, 3],
+        vec![1.0, 3.0, 3.0, f32::NAN, -1.0, -2.0, f32::NAN, f32::NAN, f32::NAN, -5.0, -5.0, -4.0],
+    );
     let mut rng = Rng(7);
     let long: Vec<f32> = rng.vec(257);
     let x2 = f32_weight(&mut e, "x2", &[257], long.clone());

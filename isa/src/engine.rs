@@ -2,7 +2,7 @@
 
 use purebee_memory::{Registry, TensorId};
 
-use crate::{ExecError, Program, ParamValue};
+use crate::{ExecError, ParamValue, Program};
 
 /// An engine runs programs over the tensors of its [`Registry`].
 ///

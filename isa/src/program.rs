@@ -111,7 +111,13 @@ pub struct ProgramBuilder<'r> {
 impl<'r> ProgramBuilder<'r> {
     /// A builder that declares and looks up tensors in `registry`.
     pub fn new(name: &str, registry: &'r mut Registry) -> ProgramBuilder<'r> {
-        ProgramBuilder { registry, name: name.to_string(), params: Vec::new(), instructions: Vec::new(), freed: HashSet::new() }
+        ProgramBuilder {
+            registry,
+            name: name.to_string(),
+            params: Vec::new(),
+            instructions: Vec::new(),
+            freed: HashSet::new(),
+        }
     }
 
     /// The registry the program is built against.
@@ -225,7 +231,13 @@ impl<'r> ProgramBuilder<'r> {
         self.push(Instruction::Linear(Linear { out, x, weight }))
     }
     /// BITLINEAR.
-    pub fn bitlinear(&mut self, out: TensorId, x: TensorId, weight: TensorId, scale: Option<TensorId>) -> Result<(), IsaError> {
+    pub fn bitlinear(
+        &mut self,
+        out: TensorId,
+        x: TensorId,
+        weight: TensorId,
+        scale: Option<TensorId>,
+    ) -> Result<(), IsaError> {
         self.push(Instruction::BitLinear(BitLinear { out, x, weight, scale }))
     }
     /// TENSOR_ADD.

@@ -37,7 +37,13 @@ impl<'a> Checker<'a> {
     ) -> Result<&'a TensorDesc, IsaError> {
         let d = self.desc(operand, id)?;
         if !ok(d.dtype) {
-            return Err(IsaError::DType { op: self.op, operand, tensor: d.name.clone(), expected: expected.to_string(), got: d.dtype });
+            return Err(IsaError::DType {
+                op: self.op,
+                operand,
+                tensor: d.name.clone(),
+                expected: expected.to_string(),
+                got: d.dtype,
+            });
         }
         Ok(d)
     }
@@ -95,7 +101,9 @@ impl<'a> Checker<'a> {
     fn param(&self, index: usize, kind: ParamKind) -> Result<(), IsaError> {
         match self.params.get(index) {
             Some(d) if d.kind == kind => Ok(()),
-            Some(d) => Err(IsaError::Param { op: self.op, reason: format!("'{}' is {}, used as {kind}", d.name, d.kind) }),
+            Some(d) => {
+                Err(IsaError::Param { op: self.op, reason: format!("'{}' is {}, used as {kind}", d.name, d.kind) })
+            }
             None => Err(IsaError::Param { op: self.op, reason: format!("#{index} is not declared by this program") }),
         }
     }

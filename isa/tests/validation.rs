@@ -63,11 +63,20 @@ fn unknown_and_duplicate_names_are_errors() {
     let mut b = ProgramBuilder::new("t", &mut reg);
     assert_eq!(
         b.tensor("blk.0.attn_q.weight"),
-        Err(IsaError::Memory { op: "LOOKUP", source: MemoryError::UnknownTensor { name: "blk.0.attn_q.weight".into() } })
+        Err(IsaError::Memory {
+            op: "LOOKUP",
+            source: MemoryError::UnknownTensor { name: "blk.0.attn_q.weight".into() }
+        })
     );
     b.declare("x", DType::F32, &[1]).expect("declare");
-    assert!(matches!(b.declare("x", DType::F32, &[1]), Err(IsaError::Memory { source: MemoryError::DuplicateTensor { .. }, .. })));
-    assert!(matches!(b.declare("y", DType::Q8_0, &[4, 33]), Err(IsaError::Memory { source: MemoryError::NotWholeBlocks { .. }, .. })));
+    assert!(matches!(
+        b.declare("x", DType::F32, &[1]),
+        Err(IsaError::Memory { source: MemoryError::DuplicateTensor { .. }, .. })
+    ));
+    assert!(matches!(
+        b.declare("y", DType::Q8_0, &[4, 33]),
+        Err(IsaError::Memory { source: MemoryError::NotWholeBlocks { .. }, .. })
+    ));
     assert!(matches!(b.declare("z", DType::F32, &[]), Err(IsaError::Invalid { op: "DECLARE", .. })));
 }
 
@@ -89,10 +98,14 @@ fn rope_and_attention_check_their_head_geometry() {
     assert!(matches!(b.attention(att), Err(IsaError::Invalid { op: "ATTENTION", .. })));
     // A parameter used as the wrong type.
     let base = b.param_f32("base").expect("new param");
-    let bad = Rope { base: 1e4.into(), pos: U32Arg::Param(match base {
-        purebee_isa::F32Arg::Param(p) => p,
-        purebee_isa::F32Arg::Const(_) => unreachable!("param_f32 returns a parameter"),
-    }), ..rope(32) };
+    let bad = Rope {
+        base: 1e4.into(),
+        pos: U32Arg::Param(match base {
+            purebee_isa::F32Arg::Param(p) => p,
+            purebee_isa::F32Arg::Const(_) => unreachable!("param_f32 returns a parameter"),
+        }),
+        ..rope(32)
+    };
     assert!(matches!(b.rope(bad), Err(IsaError::Param { op: "ROPE", .. })));
     assert!(matches!(b.param_u32("pos"), Err(IsaError::Param { .. })));
 }

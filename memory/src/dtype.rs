@@ -177,10 +177,9 @@ impl fmt::Display for DType {
 /// (`"Q4_K"` for 12), or `None` for ids ggml never defined.
 pub fn ggml_type_name(id: u32) -> Option<&'static str> {
     const NAMES: [&str; 37] = [
-        "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K",
-        "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
-        "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "", "",
-        "", "TQ1_0", "TQ2_0", "I2_S",
+        "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+        "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
+        "I64", "F64", "IQ1_M", "BF16", "", "", "", "TQ1_0", "TQ2_0", "I2_S",
     ];
     NAMES.get(id as usize).copied().filter(|n| !n.is_empty())
 }

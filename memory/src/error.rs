@@ -68,7 +68,9 @@ pub enum MemoryError {
         got: String,
     },
     /// A row length that is not a whole number of blocks of the dtype.
-    #[error("tensor '{name}' of type {dtype} has rows of {cols} elements, not a multiple of its block length {block_len}")]
+    #[error(
+        "tensor '{name}' of type {dtype} has rows of {cols} elements, not a multiple of its block length {block_len}"
+    )]
     NotWholeBlocks {
         /// The name.
         name: String,

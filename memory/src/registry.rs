@@ -70,7 +70,10 @@ impl Registry {
             return Err(MemoryError::DuplicateTensor { name: name.to_string() });
         }
         expected_bytes(name, dtype, &shape)?;
-        let id = TensorId(u32::try_from(self.descs.len()).map_err(|_| MemoryError::ForeignId { id: u32::MAX, count: self.descs.len() })?);
+        let id = TensorId(
+            u32::try_from(self.descs.len())
+                .map_err(|_| MemoryError::ForeignId { id: u32::MAX, count: self.descs.len() })?,
+        );
         self.descs.push(TensorDesc { name: name.to_string(), dtype, shape });
         self.states.push(State::Declared);
         self.by_name.insert(name.to_string(), id);
@@ -145,7 +148,11 @@ impl Registry {
             return Err(MemoryError::WrongDType { name: d.name.clone(), expected: d.dtype, got: tensor.dtype() });
         }
         if tensor.shape() != &d.shape {
-            return Err(MemoryError::ShapeMismatch { name: d.name.clone(), expected: d.shape.to_string(), got: tensor.shape().to_string() });
+            return Err(MemoryError::ShapeMismatch {
+                name: d.name.clone(),
+                expected: d.shape.to_string(),
+                got: tensor.shape().to_string(),
+            });
         }
         self.states[id.index()] = State::Live(tensor);
         Ok(())

@@ -73,7 +73,11 @@ impl HostTensor {
     /// An owned F32 tensor. `values.len()` must equal the shape's element count.
     pub fn from_f32(name: &str, shape: Shape, values: Vec<f32>) -> Result<HostTensor, MemoryError> {
         if values.len() != shape.numel() {
-            return Err(MemoryError::SizeMismatch { name: name.to_string(), expected: shape.numel() * 4, got: values.len() * 4 });
+            return Err(MemoryError::SizeMismatch {
+                name: name.to_string(),
+                expected: shape.numel() * 4,
+                got: values.len() * 4,
+            });
         }
         let words: Vec<u32> = values.into_iter().map(f32::to_bits).collect();
         let len = words.len() * 4;
@@ -83,7 +87,11 @@ impl HostTensor {
     /// An owned U32 tensor. `values.len()` must equal the shape's element count.
     pub fn from_u32(name: &str, shape: Shape, values: Vec<u32>) -> Result<HostTensor, MemoryError> {
         if values.len() != shape.numel() {
-            return Err(MemoryError::SizeMismatch { name: name.to_string(), expected: shape.numel() * 4, got: values.len() * 4 });
+            return Err(MemoryError::SizeMismatch {
+                name: name.to_string(),
+                expected: shape.numel() * 4,
+                got: values.len() * 4,
+            });
         }
         let len = values.len() * 4;
         Ok(HostTensor { dtype: DType::U32, shape, data: TensorData::Owned { words: values, len } })
@@ -140,7 +148,9 @@ impl HostTensor {
         self.expect_dtype(name, DType::F32)?;
         Ok(match bytemuck::try_cast_slice(self.bytes()) {
             Ok(s) => Cow::Borrowed(s),
-            Err(_) => Cow::Owned(self.bytes().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            Err(_) => {
+                Cow::Owned(self.bytes().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+            }
         })
     }
 
@@ -149,7 +159,9 @@ impl HostTensor {
         self.expect_dtype(name, DType::U32)?;
         Ok(match bytemuck::try_cast_slice(self.bytes()) {
             Ok(s) => Cow::Borrowed(s),
-            Err(_) => Cow::Owned(self.bytes().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+            Err(_) => {
+                Cow::Owned(self.bytes().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+            }
         })
     }
 

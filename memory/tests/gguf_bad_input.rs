@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use purebee_memory::gguf::{GgufError, GgufFile, GgufLayout, GgufWriteError, GgufWriter, MetaArray, MetaType, MetaValue};
+use purebee_memory::gguf::{
+    GgufError, GgufFile, GgufLayout, GgufWriteError, GgufWriter, MetaArray, MetaType, MetaValue,
+};
 use purebee_memory::DType;
 
 /// A small valid file: a few keys of several types and three tensors of three dtypes.
@@ -306,7 +308,9 @@ fn alignment_of_the_wrong_type_or_out_of_range() {
         bytes
     };
     match expect_err(&rename(MetaValue::String("32".into())), &["general.alignment", "string"]) {
-        GgufError::WrongType { key, found, .. } => assert_eq!((key.as_str(), found.as_str()), ("general.alignment", "string")),
+        GgufError::WrongType { key, found, .. } => {
+            assert_eq!((key.as_str(), found.as_str()), ("general.alignment", "string"))
+        }
         other => panic!("expected WrongType, got {other:?}"),
     }
     match expect_err(&rename(MetaValue::I64(-32)), &["general.alignment", "-32"]) {
@@ -335,7 +339,9 @@ fn known_but_unsupported_tensor_types() {
         let (mut bytes, layout) = built(&base());
         put_u32(&mut bytes, layout.tensors[0].type_at, type_id);
         match expect_err(&bytes, &["tok_embd.weight", name, "does not support"]) {
-            GgufError::UnsupportedTensorType { type_id: t, type_name, .. } => assert_eq!((t, type_name), (type_id, name)),
+            GgufError::UnsupportedTensorType { type_id: t, type_name, .. } => {
+                assert_eq!((t, type_name), (type_id, name))
+            }
             other => panic!("expected UnsupportedTensorType, got {other:?}"),
         }
     }

@@ -189,7 +189,12 @@ fn expected(walk: &Walk, cut: u64) -> Expected {
                 return Expected::Truncated { offset: *at, needed: *len, available: cut - at, what: what.clone() };
             }
             Event::Count { at, after, count, min, what } if count * min > cut - after => {
-                return Expected::CountTooLarge { offset: *at, count: *count, available: cut - after, what: what.clone() };
+                return Expected::CountTooLarge {
+                    offset: *at,
+                    count: *count,
+                    available: cut - after,
+                    what: what.clone(),
+                };
             }
             _ => {}
         }
@@ -282,7 +287,11 @@ fn truncation_at_every_section_boundary() {
             check(&w, *cut, &format!("{file} {label}"), &path, r);
         }
         // Every cut is an error of one of these three kinds.
-        assert_eq!(kinds.into_iter().collect::<Vec<_>>(), ["CountTooLarge", "TensorOutOfBounds", "Truncated"], "{file}");
+        assert_eq!(
+            kinds.into_iter().collect::<Vec<_>>(),
+            ["CountTooLarge", "TensorOutOfBounds", "Truncated"],
+            "{file}"
+        );
     }
 }
 

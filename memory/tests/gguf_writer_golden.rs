@@ -55,10 +55,7 @@ const GGUF_PY_HEX: &str = concat!(
 );
 
 fn golden() -> Vec<u8> {
-    (0..GGUF_PY_HEX.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&GGUF_PY_HEX[i..i + 2], 16).expect("hex"))
-        .collect()
+    (0..GGUF_PY_HEX.len()).step_by(2).map(|i| u8::from_str_radix(&GGUF_PY_HEX[i..i + 2], 16).expect("hex")).collect()
 }
 
 fn ours() -> GgufWriter {
@@ -89,7 +86,8 @@ fn ours() -> GgufWriter {
         w.add(k, v).expect("new key");
     }
     w.add_f32_tensor("t.f32", &[4, 3], &[1.5; 12]).expect("valid");
-    let f16: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0].iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+    let f16: Vec<u8> =
+        [1.0f32, 2.0, 3.0, 4.0, 5.0].iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
     w.add_tensor("t.f16", DType::F16, &[5], f16).expect("valid");
     w.add_tensor("t.q8", DType::Q8_0, &[32, 2], vec![1u8; 68]).expect("valid");
     w.add_tensor("t.tq2", DType::TQ2_0, &[256, 1], vec![0x55u8; 66]).expect("valid");
@@ -104,7 +102,11 @@ fn the_writer_matches_gguf_py_byte_for_byte() {
     let golden = golden();
     let ours = ours().to_bytes();
     if let Some(i) = ours.iter().zip(&golden).position(|(a, b)| a != b) {
-        panic!("first difference at byte {i}: ours {:02x?}, gguf-py {:02x?}", &ours[i..(i + 8).min(ours.len())], &golden[i..(i + 8).min(golden.len())]);
+        panic!(
+            "first difference at byte {i}: ours {:02x?}, gguf-py {:02x?}",
+            &ours[i..(i + 8).min(ours.len())],
+            &golden[i..(i + 8).min(golden.len())]
+        );
     }
     assert_eq!(ours.len(), golden.len());
 }

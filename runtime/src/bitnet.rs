@@ -37,7 +37,14 @@ pub(crate) struct ForwardIo {
 }
 
 /// Declares a tensor of the forward program under `prefix` and records it in `io`.
-fn declare(b: &mut ProgramBuilder, tensors: &mut Vec<TensorId>, prefix: &str, name: &str, dtype: DType, dims: &[usize]) -> Result<TensorId, IsaError> {
+fn declare(
+    b: &mut ProgramBuilder,
+    tensors: &mut Vec<TensorId>,
+    prefix: &str,
+    name: &str,
+    dtype: DType,
+    dims: &[usize],
+) -> Result<TensorId, IsaError> {
     let id = b.declare(&format!("{prefix}.{name}"), dtype, dims)?;
     tensors.push(id);
     Ok(id)
@@ -77,7 +84,15 @@ pub(crate) fn record_forward(
         linear(b, q, h, lw.q)?;
         linear(b, k, h, lw.k)?;
         linear(b, v, h, lw.v)?;
-        let rope = |out| Rope { out, x: out, head_dim: cfg.head_dim as u32, rot_dim: cfg.rot_dim as u32, style: RopeStyle::Neox, base: cfg.rope_base.into(), pos };
+        let rope = |out| Rope {
+            out,
+            x: out,
+            head_dim: cfg.head_dim as u32,
+            rot_dim: cfg.rot_dim as u32,
+            style: RopeStyle::Neox,
+            base: cfg.rope_base.into(),
+            pos,
+        };
         b.rope(rope(q))?;
         b.rope(rope(k))?;
         b.kv_write(kv.k[l], k, pos)?;

@@ -113,7 +113,14 @@ impl ModelConfig {
             None => 10000.0,
         };
         let bad = |k: &str, reason: String| ModelError::Inconsistent { file: file.clone(), key: key(k), reason };
-        for (k, v) in [("embedding_length", n_embd), ("block_count", n_layer), ("feed_forward_length", n_ff), ("attention.head_count", n_head), ("attention.head_count_kv", n_kv_head), ("context_length", n_ctx_train)] {
+        for (k, v) in [
+            ("embedding_length", n_embd),
+            ("block_count", n_layer),
+            ("feed_forward_length", n_ff),
+            ("attention.head_count", n_head),
+            ("attention.head_count_kv", n_kv_head),
+            ("context_length", n_ctx_train),
+        ] {
             if v == 0 {
                 return Err(bad(k, "must be > 0".to_string()));
             }
@@ -143,10 +150,26 @@ impl ModelConfig {
         if let Some(_v) = f.get(&key("vocab_size")) {
             let declared = f.get_usize(&key("vocab_size"))?;
             if declared != n_vocab {
-                return Err(bad("vocab_size", format!("{declared} does not match the {n_vocab} rows of token_embd.weight")));
+                return Err(bad(
+                    "vocab_size",
+                    format!("{declared} does not match the {n_vocab} rows of token_embd.weight"),
+                ));
             }
         }
-        Ok(ModelConfig { arch, n_embd, n_layer, n_ff, n_head, n_kv_head, head_dim, rot_dim, n_ctx_train, n_vocab, rms_eps, rope_base })
+        Ok(ModelConfig {
+            arch,
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_kv_head,
+            head_dim,
+            rot_dim,
+            n_ctx_train,
+            n_vocab,
+            rms_eps,
+            rope_base,
+        })
     }
 
     /// Width of the keys and values of one position: `n_kv_head · head_dim`.

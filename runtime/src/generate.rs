@@ -73,14 +73,24 @@ pub fn generate<E: Engine>(
         return Err(ModelError::NoTokens);
     }
     if prompt.len() > model.n_ctx() {
-        return Err(ModelError::ContextFull { tokens: prompt.len(), pos: 0, n_ctx: model.n_ctx(), n_ctx_train: model.config().n_ctx_train });
+        return Err(ModelError::ContextFull {
+            tokens: prompt.len(),
+            pos: 0,
+            n_ctx: model.n_ctx(),
+            n_ctx_train: model.config().n_ctx_train,
+        });
     }
     for &t in prompt {
         sampler.accept(t);
     }
     let mut generated = Vec::new();
     if opts.max_new_tokens == 0 {
-        return Ok(Generation { generated, stop: StopReason::MaxTokens, prefill_time: Duration::ZERO, decode_time: Duration::ZERO });
+        return Ok(Generation {
+            generated,
+            stop: StopReason::MaxTokens,
+            prefill_time: Duration::ZERO,
+            decode_time: Duration::ZERO,
+        });
     }
     let start = Instant::now();
     let mut token = next(model, &mut sampler, prompt, 0)?;

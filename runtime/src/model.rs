@@ -93,7 +93,12 @@ impl<E: Engine> Model<E> {
 
     /// Checks the request, builds and allocates the forward for its size if needed, writes
     /// the ids and runs it.
-    fn run(&mut self, tokens: &[u32], pos: usize, rows: LogitsRows) -> Result<((usize, LogitsRows), ForwardIo), ModelError> {
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        pos: usize,
+        rows: LogitsRows,
+    ) -> Result<((usize, LogitsRows), ForwardIo), ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::NoTokens);
         }
@@ -101,7 +106,12 @@ impl<E: Engine> Model<E> {
             return Err(ModelError::TokenOutOfRange { id, vocab: self.config.n_vocab });
         }
         if pos + tokens.len() > self.n_ctx {
-            return Err(ModelError::ContextFull { tokens: tokens.len(), pos, n_ctx: self.n_ctx, n_ctx_train: self.config.n_ctx_train });
+            return Err(ModelError::ContextFull {
+                tokens: tokens.len(),
+                pos,
+                n_ctx: self.n_ctx,
+                n_ctx_train: self.config.n_ctx_train,
+            });
         }
         let key = (tokens.len(), rows);
         let f = match self.forwards.remove(&key) {

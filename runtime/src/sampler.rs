@@ -28,7 +28,15 @@ pub struct SamplerConfig {
 
 impl Default for SamplerConfig {
     fn default() -> SamplerConfig {
-        SamplerConfig { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplerConfig {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -115,7 +123,8 @@ impl Sampler {
             return greedy(&logits);
         }
         // Candidates sorted by logit, descending; ties by lower id first.
-        let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
+        let mut cand: Vec<(u32, f32)> =
+            logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
         cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         cand.truncate(self.config.top_k.max(1));
         if cand.is_empty() {
@@ -237,7 +246,13 @@ mod tests {
         assert_eq!(bad(|c| c.min_p = -1.0), "min-p");
         assert_eq!(bad(|c| c.repeat_penalty = 0.0), "repeat-penalty");
         assert_eq!(bad(|c| c.top_k = 0), "top-k");
-        assert_eq!(bad(|c| { c.top_k = 0; c.temperature = 0.0 }), "accepted");
+        assert_eq!(
+            bad(|c| {
+                c.top_k = 0;
+                c.temperature = 0.0
+            }),
+            "accepted"
+        );
     }
 
     #[test]

@@ -56,15 +56,30 @@ impl Binder<'_> {
     fn tensor(&self, name: &str, ne: &[usize], ok: fn(DType) -> bool, expected: &str) -> Result<TensorId, ModelError> {
         let info = self.file.tensor_info(name)?;
         if !ok(info.dtype) {
-            return Err(ModelError::TensorType { file: self.path(), tensor: name.to_string(), got: info.dtype, expected: expected.to_string() });
+            return Err(ModelError::TensorType {
+                file: self.path(),
+                tensor: name.to_string(),
+                got: info.dtype,
+                expected: expected.to_string(),
+            });
         }
         let got = info.shape.ggml_ne();
         // A vector may be stored as [n] or [n, 1].
-        let trimmed: Vec<usize> = got.iter().copied().rev().skip_while(|&d| d == 1).collect::<Vec<_>>().into_iter().rev().collect();
+        let trimmed: Vec<usize> =
+            got.iter().copied().rev().skip_while(|&d| d == 1).collect::<Vec<_>>().into_iter().rev().collect();
         if got != ne && trimmed != ne {
-            return Err(ModelError::TensorShape { file: self.path(), tensor: name.to_string(), expected: ne.to_vec(), got });
+            return Err(ModelError::TensorShape {
+                file: self.path(),
+                tensor: name.to_string(),
+                expected: ne.to_vec(),
+                got,
+            });
         }
-        self.reg.id(name).map_err(|e| ModelError::Inconsistent { file: self.path(), key: name.to_string(), reason: e.to_string() })
+        self.reg.id(name).map_err(|e| ModelError::Inconsistent {
+            file: self.path(),
+            key: name.to_string(),
+            reason: e.to_string(),
+        })
     }
 
     fn norm(&self, name: &str, n: usize) -> Result<TensorId, ModelError> {
@@ -74,7 +89,12 @@ impl Binder<'_> {
     /// A linear weight of `n_in` → `n_out` (ggml ne `[n_in, n_out]`), ternary or float.
     fn linear(&self, name: &str, n_in: usize, n_out: usize) -> Result<LinearWeight, ModelError> {
         let weight_name = format!("{name}.weight");
-        let weight = self.tensor(&weight_name, &[n_in, n_out], |d| d.is_ternary() || matches!(d, DType::F32 | DType::F16 | DType::BF16), "I2_S, TQ1_0, TQ2_0, F16, BF16 or F32")?;
+        let weight = self.tensor(
+            &weight_name,
+            &[n_in, n_out],
+            |d| d.is_ternary() || matches!(d, DType::F32 | DType::F16 | DType::BF16),
+            "I2_S, TQ1_0, TQ2_0, F16, BF16 or F32",
+        )?;
         let ternary = self.file.tensor_info(&weight_name)?.dtype.is_ternary();
         let scale_name = format!("{name}.scale");
         let scale = match self.file.tensor_info(&scale_name) {
@@ -97,7 +117,8 @@ impl Weights {
     pub(crate) fn bind(file: &GgufFile, cfg: &ModelConfig, reg: &Registry) -> Result<Weights, ModelError> {
         let b = Binder { file, reg };
         let (d, kv, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
-        let token_embd = b.tensor("token_embd.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?;
+        let token_embd =
+            b.tensor("token_embd.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?;
         let layers = (0..cfg.n_layer)
             .map(|l| {
                 let n = |role: &str| format!("blk.{l}.{role}");
@@ -118,7 +139,9 @@ impl Weights {
             .collect::<Result<_, ModelError>>()?;
         let output_norm = b.norm("output_norm.weight", d)?;
         let lm_head = match file.tensor_info("output.weight") {
-            Ok(_) => b.tensor("output.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?,
+            Ok(_) => {
+                b.tensor("output.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?
+            }
             Err(_) => token_embd,
         };
         Ok(Weights { token_embd, layers, output_norm, lm_head })

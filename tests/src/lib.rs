@@ -61,9 +61,11 @@ pub fn read_npy(path: &std::path::Path) -> Npy {
     assert!(header.contains("'descr': '<f4'"), "{}: dtype is not <f4: {header}", path.display());
     assert!(header.contains("'fortran_order': False"), "{}: not C order", path.display());
     let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).expect("shape in header");
-    let dims: Vec<usize> = shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().expect("dim")).collect();
+    let dims: Vec<usize> =
+        shape.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().expect("dim")).collect();
     assert_eq!(dims.len(), 2, "{}: shape {dims:?} is not 2-D", path.display());
-    let data: Vec<f32> = bytes[10 + header_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let data: Vec<f32> =
+        bytes[10 + header_len..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert_eq!(data.len(), dims[0] * dims[1], "{}: data length", path.display());
     Npy { rows: dims[0], cols: dims[1], data }
 }

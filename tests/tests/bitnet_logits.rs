@@ -24,7 +24,12 @@ fn case(model: &str, case: &str) -> Case {
     Case {
         prompt: ids("prompt_token_ids"),
         llamacpp_ids: ids("llamacpp_greedy_ids"),
-        llamacpp_margins: j["llamacpp_step_margins"].as_array().expect("margins").iter().map(|v| v.as_f64().expect("f64")).collect(),
+        llamacpp_margins: j["llamacpp_step_margins"]
+            .as_array()
+            .expect("margins")
+            .iter()
+            .map(|v| v.as_f64().expect("f64"))
+            .collect(),
     }
 }
 
@@ -115,23 +120,35 @@ fn check_ternary_model(model_name: &str) {
         let ours = prefill(&mut model, &seq);
         let reference = golden_rows(model_name, case_name, "ref", c.prompt.len());
         let diffs: Vec<f64> = (0..ours.rows).map(|r| row_max_abs(ours.row(r), reference.row(r))).collect();
-        let mean = ours.data.iter().zip(&reference.data).map(|(&x, &y)| (x as f64 - y as f64).abs()).sum::<f64>() / ours.data.len() as f64;
+        let mean = ours.data.iter().zip(&reference.data).map(|(&x, &y)| (x as f64 - y as f64).abs()).sum::<f64>()
+            / ours.data.len() as f64;
         let max = diffs.iter().cloned().fold(0.0, f64::max);
         let first_over = diffs.iter().position(|&d| d > 1e-3);
-        eprintln!("{model_name} {case_name}: row0 {:.2e}, first row > 1e-3: {first_over:?}, mean {mean:.4}, max {max:.4}", diffs[0]);
+        eprintln!(
+            "{model_name} {case_name}: row0 {:.2e}, first row > 1e-3: {first_over:?}, mean {mean:.4}, max {max:.4}",
+            diffs[0]
+        );
         assert!(diffs[0] <= 1e-3, "{model_name} {case_name}: position 0 differs by {} > 1e-3", diffs[0]);
         assert!(mean <= 0.05, "{model_name} {case_name}: mean abs {mean} > 0.05");
         assert!(max <= 1.0, "{model_name} {case_name}: max abs {max} > 1.0");
         for r in 0..ours.rows {
             if margin(reference.row(r)) > 0.25 {
-                assert_eq!(argmax(ours.row(r)), argmax(reference.row(r)), "{model_name} {case_name}: row {r}: argmax differs where the reference's margin > 0.25");
+                assert_eq!(
+                    argmax(ours.row(r)),
+                    argmax(reference.row(r)),
+                    "{model_name} {case_name}: row {r}: argmax differs where the reference's margin > 0.25"
+                );
             }
         }
         // Against llama.cpp's own ternary results: its greedy id wherever its margin > 1.
         let n = c.prompt.len();
         for (i, (&id, &m)) in c.llamacpp_ids.iter().zip(&c.llamacpp_margins).enumerate() {
             if m > 1.0 {
-                assert_eq!(argmax(ours.row(n - 1 + i)) as u32, id, "{model_name} {case_name}: step {i}: llama.cpp margin {m}");
+                assert_eq!(
+                    argmax(ours.row(n - 1 + i)) as u32,
+                    id,
+                    "{model_name} {case_name}: step {i}: llama.cpp margin {m}"
+                );
             }
         }
         // Decode feeds the same rows through the same arithmetic: identical on this engine.

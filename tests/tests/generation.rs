@@ -20,7 +20,11 @@ fn ids(model: &str, case: &str, key: &str) -> Vec<u32> {
 }
 
 fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions { max_new_tokens: n, ignore_eos: true, sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() } }
+    GenerateOptions {
+        max_new_tokens: n,
+        ignore_eos: true,
+        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+    }
 }
 
 #[test]
@@ -56,7 +60,15 @@ fn sampling_is_reproducible_from_a_seed() {
     let opts = |seed| GenerateOptions {
         max_new_tokens: 12,
         ignore_eos: true,
-        sampler: SamplerConfig { temperature: 1.0, top_k: 40, top_p: 0.95, min_p: 0.0, repeat_penalty: 1.1, repeat_last_n: 64, seed },
+        sampler: SamplerConfig {
+            temperature: 1.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.0,
+            repeat_penalty: 1.1,
+            repeat_last_n: 64,
+            seed,
+        },
     };
     let a = generate(&mut model, &prompt, &opts(42), |_| false, |_| {}).expect("generates").generated;
     let b = generate(&mut model, &prompt, &opts(42), |_| false, |_| {}).expect("generates").generated;
@@ -77,6 +89,12 @@ fn end_of_generation_and_the_context_limit_stop_cleanly() {
     let g = generate(&mut model, &prompt, &greedy(10), |_| false, |_| {}).expect("generates");
     assert_eq!((g.generated.len(), g.stop), (5, StopReason::ContextFull));
     let long: Vec<u32> = (0..21).collect();
-    assert!(matches!(generate(&mut model, &long, &greedy(1), |_| false, |_| {}), Err(ModelError::ContextFull { tokens: 21, .. })));
-    assert!(matches!(model.forward(&[8192], 0, purebee_runtime::LogitsRows::Last), Err(ModelError::TokenOutOfRange { id: 8192, vocab: 8192 })));
+    assert!(matches!(
+        generate(&mut model, &long, &greedy(1), |_| false, |_| {}),
+        Err(ModelError::ContextFull { tokens: 21, .. })
+    ));
+    assert!(matches!(
+        model.forward(&[8192], 0, purebee_runtime::LogitsRows::Last),
+        Err(ModelError::TokenOutOfRange { id: 8192, vocab: 8192 })
+    ));
 }

@@ -25,7 +25,9 @@ fn edited(
         }
     }
     for info in src.tensors() {
-        if let Some((dtype, ne, bytes)) = tensor(&info.name, info.dtype, info.ne.clone(), src.tensor_bytes(info).to_vec()) {
+        if let Some((dtype, ne, bytes)) =
+            tensor(&info.name, info.dtype, info.ne.clone(), src.tensor_bytes(info).to_vec())
+        {
             w.add_tensor(&info.name, dtype, &ne, bytes).expect("valid tensor");
         }
     }
@@ -36,6 +38,7 @@ fn keep_tensor(_: &str, d: DType, ne: Vec<u64>, b: Vec<u8>) -> Option<(DType, Ve
     Some((d, ne, b))
 }
 
+#[allow(clippy::result_large_err)] // returns the library's own error type, to match on it
 fn load(f: &GgufFile) -> Result<Model<RefEngine>, ModelError> {
     Model::load(RefEngine::new(), f, 64)
 }
@@ -50,7 +53,10 @@ fn an_unsupported_architecture_is_named_with_the_supported_ones() {
     match load(&f) {
         Err(e @ ModelError::UnsupportedArchitecture { .. }) => {
             let m = e.to_string();
-            assert!(m.contains("'llama2'") && m.contains("bitnet-b1.58, bitnet-25, bitnet") && m.contains("edited.gguf"), "{m}");
+            assert!(
+                m.contains("'llama2'") && m.contains("bitnet-b1.58, bitnet-25, bitnet") && m.contains("edited.gguf"),
+                "{m}"
+            );
         }
         other => panic!("expected UnsupportedArchitecture, got {:?}", other.err()),
     }
@@ -84,7 +90,9 @@ fn a_missing_or_mistyped_key_is_named() {
     }
     let f = edited(set("bitnet-b1.58.embedding_length", MetaValue::String("256".into())), keep_tensor);
     match load(&f) {
-        Err(ModelError::Gguf(e @ GgufError::WrongType { .. })) => assert!(e.to_string().contains("bitnet-b1.58.embedding_length"), "{e}"),
+        Err(ModelError::Gguf(e @ GgufError::WrongType { .. })) => {
+            assert!(e.to_string().contains("bitnet-b1.58.embedding_length"), "{e}")
+        }
         other => panic!("expected WrongType, got {:?}", other.err()),
     }
 }
@@ -92,13 +100,16 @@ fn a_missing_or_mistyped_key_is_named() {
 #[test]
 fn a_tensor_with_the_wrong_shape_type_or_missing_is_named() {
     // attn_q stored as 256 → 128 instead of 256 → 256.
-    let f = edited(|_, v| Some(v.clone()), |name, d, ne, b| {
-        if name == "blk.2.attn_q.weight" {
-            Some((d, vec![ne[0], 128], b[..128 * 256 / 4].iter().chain(&b[b.len() - 32..]).copied().collect()))
-        } else {
-            Some((d, ne, b))
-        }
-    });
+    let f = edited(
+        |_, v| Some(v.clone()),
+        |name, d, ne, b| {
+            if name == "blk.2.attn_q.weight" {
+                Some((d, vec![ne[0], 128], b[..128 * 256 / 4].iter().chain(&b[b.len() - 32..]).copied().collect()))
+            } else {
+                Some((d, ne, b))
+            }
+        },
+    );
     match load(&f) {
         Err(ModelError::TensorShape { tensor, expected, got, .. }) => {
             assert_eq!((tensor.as_str(), expected, got), ("blk.2.attn_q.weight", vec![256, 256], vec![256, 128]));
@@ -106,19 +117,25 @@ fn a_tensor_with_the_wrong_shape_type_or_missing_is_named() {
         other => panic!("expected TensorShape, got {:?}", other.err()),
     }
     // A norm stored as F16.
-    let f = edited(|_, v| Some(v.clone()), |name, d, ne, b| {
-        if name == "blk.1.ffn_norm.weight" {
-            Some((DType::F16, ne, vec![0u8; b.len() / 2]))
-        } else {
-            Some((d, ne, b))
-        }
-    });
+    let f = edited(
+        |_, v| Some(v.clone()),
+        |name, d, ne, b| {
+            if name == "blk.1.ffn_norm.weight" {
+                Some((DType::F16, ne, vec![0u8; b.len() / 2]))
+            } else {
+                Some((d, ne, b))
+            }
+        },
+    );
     match load(&f) {
         Err(ModelError::TensorType { tensor, got: DType::F16, .. }) => assert_eq!(tensor, "blk.1.ffn_norm.weight"),
         other => panic!("expected TensorType, got {:?}", other.err()),
     }
     // A missing tensor.
-    let f = edited(|_, v| Some(v.clone()), |name, d, ne, b| if name == "blk.3.ffn_down.weight" { None } else { Some((d, ne, b)) });
+    let f = edited(
+        |_, v| Some(v.clone()),
+        |name, d, ne, b| if name == "blk.3.ffn_down.weight" { None } else { Some((d, ne, b)) },
+    );
     match load(&f) {
         Err(ModelError::Gguf(GgufError::UnknownTensor { tensor, .. })) => assert_eq!(tensor, "blk.3.ffn_down.weight"),
         other => panic!("expected UnknownTensor, got {:?}", other.err()),

@@ -4,17 +4,14 @@ use purebee_isa::ops::Attention;
 use purebee_isa::ExecError;
 use purebee_memory::Registry;
 
-use crate::access::{dims, f32s, store_f32};
+use crate::access::{check_fits, dims, f32s, store_f32};
 use crate::ops::softmax::softmax_weights;
 
 pub(crate) fn run(reg: &mut Registry, a: &Attention, pos: u32) -> Result<(), ExecError> {
     const OP: &str = "ATTENTION";
     let (n, q_width) = dims(reg, OP, a.q)?;
-    let (n_ctx, kv_width) = dims(reg, OP, a.k_cache)?;
-    let end = pos as u64 + n as u64;
-    if end > n_ctx as u64 {
-        return Err(ExecError::ContextOverflow { op: OP, tensor: reg.name(a.k_cache).to_string(), pos: pos as u64, end, n_ctx });
-    }
+    let (_, kv_width) = dims(reg, OP, a.k_cache)?;
+    check_fits(reg, OP, a.k_cache, pos, n)?;
     let q = f32s(reg, OP, a.q)?; // [n, n_head · hd]
     let k = f32s(reg, OP, a.k_cache)?; // [n_ctx, n_kv · hd]
     let v = f32s(reg, OP, a.v_cache)?; // [n_ctx, n_kv · hd]
@@ -36,7 +33,8 @@ pub(crate) fn run(reg: &mut Registry, a: &Attention, pos: u32) -> Result<(), Exe
                 .collect();
             let weights = softmax_weights(&scores);
             for i in 0..hd {
-                let o: f64 = weights.iter().enumerate().map(|(t, &wt)| wt * v[t * kv_width + kvh * hd + i] as f64).sum();
+                let o: f64 =
+                    weights.iter().enumerate().map(|(t, &wt)| wt * v[t * kv_width + kvh * hd + i] as f64).sum();
                 out[r * q_width + h * hd + i] = o as f32;
             }
         }

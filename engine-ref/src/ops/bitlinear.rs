@@ -18,9 +18,7 @@ pub(crate) fn run(reg: &mut Registry, b: &BitLinear) -> Result<(), ExecError> {
         Some(id) => f32s(reg, OP, id)?.first().copied().unwrap_or(1.0) as f64,
         None => 1.0,
     };
-    let block = w
-        .ternary_scale_block()
-        .ok_or_else(|| decode_error(reg, OP, b.weight, "not a ternary type"))?;
+    let block = w.ternary_scale_block().ok_or_else(|| decode_error(reg, OP, b.weight, "not a ternary type"))?;
 
     // Per row r: s_r (f32) and q[r] (int8), exactly as the ISA specifies.
     let mut s = vec![0f32; n]; // [n]
@@ -48,7 +46,8 @@ pub(crate) fn run(reg: &mut Registry, b: &BitLinear) -> Result<(), ExecError> {
                         .enumerate()
                         .map(|(bi, &db)| {
                             let range = bi * block..(bi + 1) * block;
-                            let isum: i64 = qr[range.clone()].iter().zip(&t[range]).map(|(&qi, &ti)| qi as i64 * ti as i64).sum();
+                            let isum: i64 =
+                                qr[range.clone()].iter().zip(&t[range]).map(|(&qi, &ti)| qi as i64 * ti as i64).sum();
                             db as f64 * isum as f64
                         })
                         .sum();

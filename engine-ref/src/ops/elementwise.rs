@@ -7,7 +7,12 @@ use purebee_memory::Registry;
 use crate::access::{f32s, store_f32};
 
 /// `out_i = f(a_i, b_i)`, one f32 operation per element (exactly rounded).
-pub(crate) fn binary(reg: &mut Registry, op: &'static str, i: &Binary, f: fn(f32, f32) -> f32) -> Result<(), ExecError> {
+pub(crate) fn binary(
+    reg: &mut Registry,
+    op: &'static str,
+    i: &Binary,
+    f: fn(f32, f32) -> f32,
+) -> Result<(), ExecError> {
     let a = f32s(reg, op, i.a)?; // [..]
     let b = f32s(reg, op, i.b)?; // [..], shape of a
     let out: Vec<f32> = a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect();

@@ -14,7 +14,12 @@ pub(crate) fn run(reg: &mut Registry, e: &Embed) -> Result<(), ExecError> {
     let mut out = vec![0f32; ids.len() * d]; // [n, d]
     for (r, &id) in ids.iter().enumerate() {
         if id as usize >= table.rows() {
-            return Err(ExecError::TokenOutOfRange { tensor: reg.name(e.ids).to_string(), row: r, id, vocab: table.rows() });
+            return Err(ExecError::TokenOutOfRange {
+                tensor: reg.name(e.ids).to_string(),
+                row: r,
+                id,
+                vocab: table.rows(),
+            });
         }
         table
             .dequantize_row(id as usize, &mut out[r * d..(r + 1) * d])

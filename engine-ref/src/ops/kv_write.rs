@@ -4,16 +4,12 @@ use purebee_isa::ops::KvWrite;
 use purebee_isa::ExecError;
 use purebee_memory::Registry;
 
-use crate::access::{dims, f32s, mem};
+use crate::access::{check_fits, dims, f32s, mem};
 
 pub(crate) fn run(reg: &mut Registry, k: &KvWrite, pos: u32) -> Result<(), ExecError> {
     const OP: &str = "KV_WRITE";
     let (n, w) = dims(reg, OP, k.src)?;
-    let (n_ctx, _) = dims(reg, OP, k.cache)?;
-    let end = pos as u64 + n as u64;
-    if end > n_ctx as u64 {
-        return Err(ExecError::ContextOverflow { op: OP, tensor: reg.name(k.cache).to_string(), pos: pos as u64, end, n_ctx });
-    }
+    check_fits(reg, OP, k.cache, pos, n)?;
     let src = f32s(reg, OP, k.src)?.into_owned(); // [n, w]
     let name = reg.name(k.cache).to_string();
     let cache = reg.get_mut(k.cache).and_then(|t| t.f32s_mut(&name)).map_err(mem(OP))?; // [n_ctx, w]

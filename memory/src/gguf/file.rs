@@ -152,14 +152,19 @@ impl GgufFile {
         let alignment = alignment(&path, &metadata, &key_index)?;
 
         // The tensor infos follow the metadata: check their count against what is left then.
-        let tensor_count =
-            cur.check_count(tensor_count, MIN_TENSOR_INFO_BYTES, tensor_count_offset, &|| "the tensor count".to_string())?;
+        let tensor_count = cur.check_count(tensor_count, MIN_TENSOR_INFO_BYTES, tensor_count_offset, &|| {
+            "the tensor count".to_string()
+        })?;
         let mut tensors = Vec::with_capacity(tensor_count);
         let mut tensor_index = HashMap::with_capacity(tensor_count);
         for i in 0..tensor_count {
             let info = read_tensor_info(&mut cur, i, alignment)?;
             if tensor_index.contains_key(&info.name) {
-                return Err(GgufError::DuplicateTensor { path: path.clone(), offset: info.info_offset, tensor: info.name });
+                return Err(GgufError::DuplicateTensor {
+                    path: path.clone(),
+                    offset: info.info_offset,
+                    tensor: info.name,
+                });
             }
             tensor_index.insert(info.name.clone(), tensors.len());
             tensors.push(info);
@@ -168,19 +173,22 @@ impl GgufFile {
         // The data section starts at the next multiple of the alignment.
         let infos_end = cur.offset();
         let file_len = map.len() as u64;
-        let data_offset = infos_end
-            .checked_next_multiple_of(alignment)
-            .filter(|&d| d <= file_len)
-            .ok_or_else(|| GgufError::Truncated {
-                path: path.clone(),
-                offset: infos_end,
-                what: "the padding before the data section".to_string(),
-                needed: infos_end.checked_next_multiple_of(alignment).map_or(u64::MAX, |d| d - infos_end),
-                available: cur.remaining(),
+        let data_offset =
+            infos_end.checked_next_multiple_of(alignment).filter(|&d| d <= file_len).ok_or_else(|| {
+                GgufError::Truncated {
+                    path: path.clone(),
+                    offset: infos_end,
+                    what: "the padding before the data section".to_string(),
+                    needed: infos_end.checked_next_multiple_of(alignment).map_or(u64::MAX, |d| d - infos_end),
+                    available: cur.remaining(),
+                }
             })?;
         for t in &tensors {
             let n_bytes = t.n_bytes as u64;
-            let fits = data_offset.checked_add(t.offset).and_then(|s| s.checked_add(n_bytes)).is_some_and(|end| end <= file_len);
+            let fits = data_offset
+                .checked_add(t.offset)
+                .and_then(|s| s.checked_add(n_bytes))
+                .is_some_and(|end| end <= file_len);
             if !fits {
                 return Err(GgufError::TensorOutOfBounds {
                     path: path.clone(),
@@ -330,10 +338,9 @@ impl GgufFile {
         let expected = format!("array of integers that fit in {target}");
         let a = self.get_array(key)?;
         if !a.elem_type.is_integer() {
-            return Err(self.mismatch(
-                key,
-                Mismatch::WrongType { expected, found: format!("array of {}", a.elem_type) },
-            ));
+            return Err(
+                self.mismatch(key, Mismatch::WrongType { expected, found: format!("array of {}", a.elem_type) })
+            );
         }
         a.values
             .iter()
@@ -454,10 +461,7 @@ impl GgufFile {
 type Entries = Vec<(String, MetaValue)>;
 
 /// Reads `count` metadata entries, rejecting duplicate keys, and indexes them by key.
-fn read_metadata(
-    cur: &mut Cursor<'_>,
-    count: usize,
-) -> Result<(Entries, HashMap<String, usize>), GgufError> {
+fn read_metadata(cur: &mut Cursor<'_>, count: usize) -> Result<(Entries, HashMap<String, usize>), GgufError> {
     let mut metadata = Vec::with_capacity(count);
     let mut key_index = HashMap::with_capacity(count);
     for i in 0..count {
@@ -518,7 +522,13 @@ fn read_tensor_info(cur: &mut Cursor<'_>, i: usize, alignment: u64) -> Result<Te
     let n_dims = cur.u32(&|| format!("the dim count of tensor '{name}'"))?;
     let n_dims_usize = usize::try_from(n_dims).unwrap_or(usize::MAX);
     if n_dims_usize > MAX_DIMS {
-        return Err(GgufError::TooManyDims { path: path.to_path_buf(), offset: n_dims_offset, tensor: name, n_dims, max: MAX_DIMS });
+        return Err(GgufError::TooManyDims {
+            path: path.to_path_buf(),
+            offset: n_dims_offset,
+            tensor: name,
+            n_dims,
+            max: MAX_DIMS,
+        });
     }
     let mut ne = Vec::with_capacity(n_dims_usize);
     for d in 0..n_dims_usize {
@@ -536,10 +546,20 @@ fn read_tensor_info(cur: &mut Cursor<'_>, i: usize, alignment: u64) -> Result<Te
             type_id,
             type_name,
         },
-        None => GgufError::UnknownTensorType { path: path.to_path_buf(), offset: type_offset, tensor: name.clone(), type_id },
+        None => GgufError::UnknownTensorType {
+            path: path.to_path_buf(),
+            offset: type_offset,
+            tensor: name.clone(),
+            type_id,
+        },
     })?;
 
-    let too_large = || GgufError::TensorTooLarge { path: path.to_path_buf(), offset: info_offset, tensor: name.clone(), ne: ne.clone() };
+    let too_large = || GgufError::TensorTooLarge {
+        path: path.to_path_buf(),
+        offset: info_offset,
+        tensor: name.clone(),
+        ne: ne.clone(),
+    };
     // ggml stores dims and element counts as i64; this machine addresses them as usize.
     let i64_max = i64::MAX as u64;
     let numel = ne.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).filter(|&n| n <= i64_max);
@@ -547,7 +567,8 @@ fn read_tensor_info(cur: &mut Cursor<'_>, i: usize, alignment: u64) -> Result<Te
         return Err(too_large());
     }
     let dims: Vec<usize> = ne.iter().map(|&d| usize::try_from(d)).collect::<Result<_, _>>().map_err(|_| too_large())?;
-    let shape = if dims.is_empty() { Some(Shape::vector(1)) } else { Shape::from_ggml_ne(&dims) }.ok_or_else(too_large)?;
+    let shape =
+        if dims.is_empty() { Some(Shape::vector(1)) } else { Shape::from_ggml_ne(&dims) }.ok_or_else(too_large)?;
 
     let ne0 = ne.first().copied().unwrap_or(1);
     let block_len = dtype.block_len();

@@ -103,7 +103,14 @@ impl MetaType {
     pub fn is_integer(self) -> bool {
         matches!(
             self,
-            MetaType::U8 | MetaType::I8 | MetaType::U16 | MetaType::I16 | MetaType::U32 | MetaType::I32 | MetaType::U64 | MetaType::I64
+            MetaType::U8
+                | MetaType::I8
+                | MetaType::U16
+                | MetaType::I16
+                | MetaType::U32
+                | MetaType::I32
+                | MetaType::U64
+                | MetaType::I64
         )
     }
 }
@@ -387,7 +394,12 @@ pub(crate) fn read_value(cur: &mut Cursor<'_>, ty: MetaType, key: &str, level: u
                 0 => MetaValue::Bool(false),
                 1 => MetaValue::Bool(true),
                 value => {
-                    return Err(GgufError::InvalidBool { path: cur.path().to_path_buf(), offset, key: key.to_string(), value })
+                    return Err(GgufError::InvalidBool {
+                        path: cur.path().to_path_buf(),
+                        offset,
+                        key: key.to_string(),
+                        value,
+                    })
                 }
             }
         }

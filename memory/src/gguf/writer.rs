@@ -284,7 +284,12 @@ impl GgufWriter {
     }
 
     /// Adds an F32 tensor from its values.
-    pub fn add_f32_tensor(&mut self, name: &str, ne: &[u64], values: &[f32]) -> Result<&mut GgufWriter, GgufWriteError> {
+    pub fn add_f32_tensor(
+        &mut self,
+        name: &str,
+        ne: &[u64],
+        values: &[f32],
+    ) -> Result<&mut GgufWriter, GgufWriteError> {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.add_tensor(name, DType::F32, ne, bytes)
     }
@@ -449,9 +454,18 @@ mod tests {
             w.add_tensor("t", DType::TQ2_0, &[100, 2], vec![0; 132]),
             Err(GgufWriteError::NotWholeBlocks { ne0: 100, block_len: 256, .. })
         ));
-        assert!(matches!(w.add_tensor("t", DType::F16, &[4], vec![0; 7]), Err(GgufWriteError::SizeMismatch { expected: 8, .. })));
-        assert!(matches!(w.add_tensor("t", DType::U32, &[4], vec![0; 16]), Err(GgufWriteError::UnstorableDType { .. })));
-        assert!(matches!(w.add_tensor("t", DType::F32, &[1; 5], vec![0; 4]), Err(GgufWriteError::BadDims { n_dims: 5, .. })));
+        assert!(matches!(
+            w.add_tensor("t", DType::F16, &[4], vec![0; 7]),
+            Err(GgufWriteError::SizeMismatch { expected: 8, .. })
+        ));
+        assert!(matches!(
+            w.add_tensor("t", DType::U32, &[4], vec![0; 16]),
+            Err(GgufWriteError::UnstorableDType { .. })
+        ));
+        assert!(matches!(
+            w.add_tensor("t", DType::F32, &[1; 5], vec![0; 4]),
+            Err(GgufWriteError::BadDims { n_dims: 5, .. })
+        ));
         assert!(matches!(
             w.add_tensor(&"x".repeat(64), DType::F32, &[1], vec![0; 4]),
             Err(GgufWriteError::NameTooLong { len: 64, .. })

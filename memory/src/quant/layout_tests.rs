@@ -53,7 +53,9 @@ fn fixture_rows_decode_to_the_f32_file_bit_for_bit() {
         let expected = le_f32s(v.f32);
         assert_eq!(expected.len(), 2 * v.cols);
         let i2_s: Vec<u8> = [v.i2_s, v.i2_s_trailer].concat();
-        for (dtype, bytes) in [(DType::F32, v.f32), (DType::I2_S, &i2_s[..]), (DType::TQ1_0, v.tq1_0), (DType::TQ2_0, v.tq2_0)] {
+        for (dtype, bytes) in
+            [(DType::F32, v.f32), (DType::I2_S, &i2_s[..]), (DType::TQ1_0, v.tq1_0), (DType::TQ2_0, v.tq2_0)]
+        {
             let m = QuantMatrix::new(dtype, bytes, 2, v.cols).expect("fixture rows are whole rows");
             assert_bits_eq(&all_rows(&m), &expected, &format!("{} as {dtype}", v.name));
         }
@@ -66,9 +68,12 @@ fn fixture_trits_and_scales_agree_across_formats() {
         let expected = le_f32s(v.f32);
         let i2_s: Vec<u8> = [v.i2_s, v.i2_s_trailer].concat();
         let (i2_trits, i2_scales) = all_ternary_rows(&QuantMatrix::new(DType::I2_S, &i2_s, 2, v.cols).expect("sizes"));
-        let (tq1_trits, tq1_scales) = all_ternary_rows(&QuantMatrix::new(DType::TQ1_0, v.tq1_0, 2, v.cols).expect("sizes"));
-        let (tq2_trits, tq2_scales) = all_ternary_rows(&QuantMatrix::new(DType::TQ2_0, v.tq2_0, 2, v.cols).expect("sizes"));
-        let (d1_trits, d1_scales) = all_ternary_rows(&QuantMatrix::new(DType::TQ2_0, v.tq2_0_d1, 2, v.cols).expect("sizes"));
+        let (tq1_trits, tq1_scales) =
+            all_ternary_rows(&QuantMatrix::new(DType::TQ1_0, v.tq1_0, 2, v.cols).expect("sizes"));
+        let (tq2_trits, tq2_scales) =
+            all_ternary_rows(&QuantMatrix::new(DType::TQ2_0, v.tq2_0, 2, v.cols).expect("sizes"));
+        let (d1_trits, d1_scales) =
+            all_ternary_rows(&QuantMatrix::new(DType::TQ2_0, v.tq2_0_d1, 2, v.cols).expect("sizes"));
         assert_eq!(i2_trits, tq1_trits, "{}: I2_S vs TQ1_0 trits", v.name);
         assert_eq!(i2_trits, tq2_trits, "{}: I2_S vs TQ2_0 trits", v.name);
         assert_eq!(i2_trits, d1_trits, "{}: I2_S vs TQ2_0 (d = 1) trits", v.name);
@@ -175,13 +180,37 @@ fn code_3_decodes_as_plus_2_in_both_two_bit_layouts() {
 fn plain_types_decode_row_by_row() {
     // 2 rows of 3 elements each, for every plain dtype.
     let cases: [(DType, Vec<u8>, [f32; 6]); 7] = [
-        (DType::F32, [1.5f32, -2.0, 0.0, 3.25, -0.5, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect(), [1.5, -2.0, 0.0, 3.25, -0.5, 8.0]),
-        (DType::F16, [0x3e00u16, 0xc000, 0, 0x4280, 0xb800, 0x4800].iter().flat_map(|v| v.to_le_bytes()).collect(), [1.5, -2.0, 0.0, 3.25, -0.5, 8.0]),
-        (DType::BF16, [0x3fc0u16, 0xc000, 0, 0x4050, 0xbf00, 0x4100].iter().flat_map(|v| v.to_le_bytes()).collect(), [1.5, -2.0, 0.0, 3.25, -0.5, 8.0]),
+        (
+            DType::F32,
+            [1.5f32, -2.0, 0.0, 3.25, -0.5, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            [1.5, -2.0, 0.0, 3.25, -0.5, 8.0],
+        ),
+        (
+            DType::F16,
+            [0x3e00u16, 0xc000, 0, 0x4280, 0xb800, 0x4800].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            [1.5, -2.0, 0.0, 3.25, -0.5, 8.0],
+        ),
+        (
+            DType::BF16,
+            [0x3fc0u16, 0xc000, 0, 0x4050, 0xbf00, 0x4100].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            [1.5, -2.0, 0.0, 3.25, -0.5, 8.0],
+        ),
         (DType::I8, vec![1, 0xfe, 0, 3, 0x80, 127], [1.0, -2.0, 0.0, 3.0, -128.0, 127.0]),
-        (DType::I16, [1i16, -2, 0, 3, -300, 32767].iter().flat_map(|v| v.to_le_bytes()).collect(), [1.0, -2.0, 0.0, 3.0, -300.0, 32767.0]),
-        (DType::I32, [1i32, -2, 0, 3, -70000, 1 << 24].iter().flat_map(|v| v.to_le_bytes()).collect(), [1.0, -2.0, 0.0, 3.0, -70000.0, 16_777_216.0]),
-        (DType::U32, [1u32, 2, 0, 3, 70000, 8191].iter().flat_map(|v| v.to_le_bytes()).collect(), [1.0, 2.0, 0.0, 3.0, 70000.0, 8191.0]),
+        (
+            DType::I16,
+            [1i16, -2, 0, 3, -300, 32767].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            [1.0, -2.0, 0.0, 3.0, -300.0, 32767.0],
+        ),
+        (
+            DType::I32,
+            [1i32, -2, 0, 3, -70000, 1 << 24].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            [1.0, -2.0, 0.0, 3.0, -70000.0, 16_777_216.0],
+        ),
+        (
+            DType::U32,
+            [1u32, 2, 0, 3, 70000, 8191].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            [1.0, 2.0, 0.0, 3.0, 70000.0, 8191.0],
+        ),
     ];
     for (dtype, bytes, expected) in cases {
         let m = QuantMatrix::new(dtype, &bytes, 2, 3).expect("sizes");
@@ -261,27 +290,48 @@ fn row_and_buffer_errors_name_what_is_wrong() {
     let mut out = vec![0f32; 256];
     let mut trits = vec![0i8; 256];
     let mut scales = [0f32; 1];
-    assert_eq!(
-        m.dequantize_row(2, &mut out),
-        Err(QuantError::RowOutOfRange { dtype: DType::TQ2_0, row: 2, rows: 2 })
-    );
+    assert_eq!(m.dequantize_row(2, &mut out), Err(QuantError::RowOutOfRange { dtype: DType::TQ2_0, row: 2, rows: 2 }));
     assert_eq!(
         m.dequantize_row(1, &mut out[..255]),
-        Err(QuantError::BufferLength { dtype: DType::TQ2_0, row: 1, buffer: RowBuffer::Values, expected: 256, actual: 255 })
+        Err(QuantError::BufferLength {
+            dtype: DType::TQ2_0,
+            row: 1,
+            buffer: RowBuffer::Values,
+            expected: 256,
+            actual: 255
+        })
     );
     assert_eq!(
         m.ternary_row(0, &mut trits[..128], &mut scales),
-        Err(QuantError::BufferLength { dtype: DType::TQ2_0, row: 0, buffer: RowBuffer::Trits, expected: 256, actual: 128 })
+        Err(QuantError::BufferLength {
+            dtype: DType::TQ2_0,
+            row: 0,
+            buffer: RowBuffer::Trits,
+            expected: 256,
+            actual: 128
+        })
     );
     assert_eq!(
         m.ternary_row(0, &mut trits, &mut []),
-        Err(QuantError::BufferLength { dtype: DType::TQ2_0, row: 0, buffer: RowBuffer::BlockScales, expected: 1, actual: 0 })
+        Err(QuantError::BufferLength {
+            dtype: DType::TQ2_0,
+            row: 0,
+            buffer: RowBuffer::BlockScales,
+            expected: 1,
+            actual: 0
+        })
     );
     assert_eq!(m.ternary_row(1, &mut trits, &mut scales), Ok(()));
     assert_eq!(scales, [1.0]);
     let msg = QuantError::SizeMismatch { dtype: DType::I2_S, rows: 256, cols: 256, expected: 16416, actual: 16384 };
     assert_eq!(msg.to_string(), "I2_S matrix of 256 x 256 needs 16416 bytes, got 16384");
-    let msg = QuantError::BufferLength { dtype: DType::TQ1_0, row: 3, buffer: RowBuffer::BlockScales, expected: 2, actual: 1 };
+    let msg = QuantError::BufferLength {
+        dtype: DType::TQ1_0,
+        row: 3,
+        buffer: RowBuffer::BlockScales,
+        expected: 2,
+        actual: 1,
+    };
     assert_eq!(msg.to_string(), "block scales buffer for row 3 of a TQ1_0 matrix holds 1 elements, expected 2");
 }
 
@@ -301,7 +351,10 @@ fn ternary_problem() -> impl Strategy<Value = (DType, usize, usize, Vec<i8>, Vec
                 Just(rows),
                 Just(cols),
                 proptest::collection::vec(-1i8..=max_trit, rows * cols),
-                proptest::collection::vec(any::<u16>().prop_filter("finite f16", |&b| f16::from_bits(b).is_finite()), n_blocks),
+                proptest::collection::vec(
+                    any::<u16>().prop_filter("finite f16", |&b| f16::from_bits(b).is_finite()),
+                    n_blocks,
+                ),
                 any::<f32>().prop_filter("finite f32", |s| s.is_finite()),
             )
         },

@@ -133,7 +133,8 @@ impl<'a> QuantMatrix<'a> {
             DType::TQ1_0 => decode_blocks(bytes, out, tq1_0::dequantize_block),
             DType::TQ2_0 => decode_blocks(bytes, out, tq2_0::dequantize_block),
             DType::I2_S => {
-                for (block, o) in blocks::<{ i2_s::BLOCK_BYTES }>(bytes).zip(blocks_mut::<{ i2_s::BLOCK_LEN }, _>(out)) {
+                for (block, o) in blocks::<{ i2_s::BLOCK_BYTES }>(bytes).zip(blocks_mut::<{ i2_s::BLOCK_LEN }, _>(out))
+                {
                     i2_s::dequantize_block(block, self.i2s_scale, o);
                 }
             }
@@ -170,7 +171,9 @@ impl<'a> QuantMatrix<'a> {
                 }
             }
             DType::I2_S => {
-                for (block, t) in blocks::<{ i2_s::BLOCK_BYTES }>(bytes).zip(blocks_mut::<{ i2_s::BLOCK_LEN }, _>(trits)) {
+                for (block, t) in
+                    blocks::<{ i2_s::BLOCK_BYTES }>(bytes).zip(blocks_mut::<{ i2_s::BLOCK_LEN }, _>(trits))
+                {
                     i2_s::trits_block(block, t);
                 }
                 block_scales.fill(self.i2s_scale);

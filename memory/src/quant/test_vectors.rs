@@ -158,10 +158,8 @@ macro_rules! fixture_rows {
 }
 
 /// `blk.0.attn_q.weight` (256 × 256) and `blk.0.ffn_down.weight` (256 rows of 512).
-pub(crate) const FIXTURE_ROWS: [FixtureRows; 2] = [
-    fixture_rows!("blk.0.attn_q.weight", "attn_q", 256),
-    fixture_rows!("blk.0.ffn_down.weight", "ffn_down", 512),
-];
+pub(crate) const FIXTURE_ROWS: [FixtureRows; 2] =
+    [fixture_rows!("blk.0.attn_q.weight", "attn_q", 256), fixture_rows!("blk.0.ffn_down.weight", "ffn_down", 512)];
 
 /// Random blocks of one dtype and gguf-py's dequantization of them.
 pub(crate) struct OracleBlocks {

@@ -184,7 +184,8 @@ mod tests {
         let mut trits = [0i8; BLOCK_LEN];
         assert_eq!(trits_block(&block, &mut trits), 0.5);
         let mut expect = [0i8; BLOCK_LEN];
-        for (e, t) in [(0, 1), (32, -1), (64, 0), (96, 1), (128, -1), (232, 1), (243, 0), (247, 0), (251, 0), (255, 1)] {
+        for (e, t) in [(0, 1), (32, -1), (64, 0), (96, 1), (128, -1), (232, 1), (243, 0), (247, 0), (251, 0), (255, 1)]
+        {
             expect[e] = t;
         }
         assert_eq!(trits, expect);
