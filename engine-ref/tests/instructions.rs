@@ -56,6 +56,8 @@ fn grid_alloc_write_read_free() {
     let x = b.alloc("x", DType::F32, &[3]).expect("declare");
     let c = b.alloc("c", DType::U32, &[2]).expect("declare");
     b.grid_write(c, vec![1, 0, 0, 0, 2, 0, 0, 0].into()).expect("8 bytes");
+    b.sync().expect("valid");
+    b.silu(x, x).expect("valid after SYNC");
     let p = b.finish();
     e.execute(&p, &[]).expect("runs");
     assert_eq!(e.read_f32(x).expect("live"), vec![0.0; 3]);
