@@ -9,6 +9,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod differential;
+
 use std::path::PathBuf;
 
 /// The repository's `fixtures/` folder.

@@ -1,0 +1,117 @@
+//! Compiling a program once: buffers, uniform parameters, pipelines and bind groups for
+//! every dispatch, so that running it only records and submits.
+
+use purebee_isa::{Instruction, Program};
+use purebee_memory::{Registry, TensorId};
+use wgpu::util::DeviceExt;
+
+use crate::kernels::{self, RecordCtx, Storage};
+use crate::pipelines::PipelineCache;
+use crate::tensors::TensorStore;
+use crate::{GpuContext, GpuError};
+
+/// One recorded step of a compiled program.
+pub(crate) enum Step {
+    /// GRID_ALLOC: zero the tensor's buffers.
+    Clear(TensorId),
+    /// GRID_WRITE of constant data: copy from a buffer made at compile time.
+    Copy { src: wgpu::Buffer, dst: TensorId },
+    /// A kernel dispatch.
+    Dispatch { pipeline: wgpu::ComputePipeline, bind_group: wgpu::BindGroup, workgroups: [u32; 3] },
+}
+
+/// A program ready to run.
+pub(crate) struct Compiled {
+    pub steps: Vec<Step>,
+    /// The tensors whose buffers the steps hold, with the buffers' generations: when one
+    /// changes (FREE then GRID_ALLOC), the program is compiled again.
+    pub bound: Vec<(TensorId, u64)>,
+    /// The run-time parameter values, one u32 word each (at least one word).
+    pub run_params: wgpu::Buffer,
+}
+
+impl Compiled {
+    /// True while every buffer the program bound is still the tensor's current one.
+    pub fn is_current(&self, store: &TensorStore) -> bool {
+        self.bound.iter().all(|&(id, g)| store.get(id).is_some_and(|t| t.generation == g))
+    }
+}
+
+pub(crate) fn compile(
+    ctx: &GpuContext,
+    reg: &Registry,
+    store: &mut TensorStore,
+    pipelines: &mut PipelineCache,
+    program: &Program,
+) -> Result<Compiled, GpuError> {
+    let run_params = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("run params"),
+        size: (program.params().len().max(1) * 4) as u64,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let rctx =
+        RecordCtx { reg, program, caps: ctx.caps, max_workgroups: ctx.limits.max_compute_workgroups_per_dimension };
+    let mut steps = Vec::new();
+    let mut bound = Vec::new();
+    let mut bind = |store: &mut TensorStore, id: TensorId| -> Result<(), GpuError> {
+        let t = store.ensure(ctx, reg, id)?;
+        bound.push((id, t.generation));
+        Ok(())
+    };
+    for instruction in program.instructions() {
+        match instruction {
+            Instruction::GridAlloc(a) => {
+                bind(store, a.tensor)?;
+                steps.push(Step::Clear(a.tensor));
+            }
+            Instruction::GridWrite(w) => {
+                bind(store, w.tensor)?;
+                let mut data = w.data.to_vec();
+                data.resize(data.len().div_ceil(4).max(1) * 4, 0);
+                let src = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("GRID_WRITE data"),
+                    contents: &data,
+                    usage: wgpu::BufferUsages::COPY_SRC,
+                });
+                steps.push(Step::Copy { src, dst: w.tensor });
+            }
+            Instruction::Free(_) | Instruction::Sync => {}
+            other => {
+                for call in kernels::record(&rctx, other)? {
+                    let pipeline = pipelines.get(ctx, &call.key);
+                    let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some(other.name()),
+                        contents: &call.params,
+                        usage: wgpu::BufferUsages::UNIFORM,
+                    });
+                    for (_, s) in &call.storage {
+                        if let Storage::Tensor(id, _) = s {
+                            bind(store, *id)?;
+                        }
+                    }
+                    let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() }];
+                    for &(binding, s) in &call.storage {
+                        let buffer = match s {
+                            Storage::RunParams => &run_params,
+                            Storage::Tensor(id, part) => {
+                                store.get(id).and_then(|t| t.parts.get(part)).ok_or_else(|| {
+                                    GpuError::Wgpu(format!("{}: missing buffer part {part}", other.name()))
+                                })?
+                            }
+                        };
+                        entries.push(wgpu::BindGroupEntry { binding, resource: buffer.as_entire_binding() });
+                    }
+                    let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some(other.name()),
+                        layout: &pipeline.get_bind_group_layout(0),
+                        entries: &entries,
+                    });
+                    steps.push(Step::Dispatch { pipeline, bind_group, workgroups: call.workgroups });
+                }
+            }
+        }
+    }
+    ctx.check()?;
+    Ok(Compiled { steps, bound, run_params })
+}

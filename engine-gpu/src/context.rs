@@ -1,0 +1,127 @@
+//! The device: adapter choice, its real limits, optional features, and error capture.
+
+use std::sync::{Arc, Mutex};
+
+use crate::GpuError;
+
+/// How to pick and configure the adapter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Accept a CPU adapter (Mesa's lavapipe) when no GPU exists. Tests and CI set it;
+    /// `--engine auto` does not, since the reference engine is the better CPU path there.
+    pub allow_cpu_adapter: bool,
+    /// Use subgroup operations when the adapter has them. `false` forces the portable
+    /// kernels (as does the environment variable `PUREBEE_GPU_PORTABLE=1`).
+    pub use_subgroups: bool,
+}
+
+impl Default for GpuOptions {
+    fn default() -> GpuOptions {
+        GpuOptions { allow_cpu_adapter: true, use_subgroups: true }
+    }
+}
+
+/// Optional capabilities the kernels may use, after the adapter check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// Subgroup operations (`subgroupAdd`, ...) are enabled.
+    pub subgroups: bool,
+    /// The adapter's smallest subgroup size (when subgroups are enabled).
+    pub min_subgroup_size: u32,
+}
+
+/// An open device, its queue, and what the adapter allows.
+pub struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) info: wgpu::AdapterInfo,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) caps: Capabilities,
+    /// Validation, out-of-memory and device-lost errors, collected instead of panicking.
+    errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl GpuContext {
+    /// Opens the best adapter: a discrete GPU, else an integrated or virtual one, else (when
+    /// allowed) a CPU adapter. Requests the adapter's own limits, not WebGPU's defaults.
+    pub fn new(options: &GpuOptions) -> Result<GpuContext, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+            wgpu::DeviceType::DiscreteGpu => 0,
+            wgpu::DeviceType::IntegratedGpu => 1,
+            wgpu::DeviceType::VirtualGpu => 2,
+            wgpu::DeviceType::Other => 3,
+            wgpu::DeviceType::Cpu => 4,
+        };
+        let adapter = adapters
+            .into_iter()
+            .filter(|a| options.allow_cpu_adapter || a.get_info().device_type != wgpu::DeviceType::Cpu)
+            .min_by_key(|a| (rank(a), a.get_info().backend != wgpu::Backend::Vulkan))
+            .ok_or(GpuError::NoAdapter)?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let portable = std::env::var("PUREBEE_GPU_PORTABLE").is_ok_and(|v| v == "1");
+        let subgroups = options.use_subgroups && !portable && adapter.features().contains(wgpu::Features::SUBGROUP);
+        let mut features = wgpu::Features::empty();
+        if subgroups {
+            features |= wgpu::Features::SUBGROUP;
+        }
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("purebee"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| GpuError::Device { adapter: info.name.clone(), reason: e.to_string() })?;
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        let sink = errors.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(format!("device lost ({reason:?}): {message}"));
+            }
+        });
+        let caps = Capabilities { subgroups, min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 } };
+        Ok(GpuContext { device, queue, info, limits, caps, errors })
+    }
+
+    /// The adapter's name, backend and type, for messages.
+    pub fn describe(&self) -> String {
+        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+    }
+
+    /// The capabilities the kernels use.
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    /// The largest buffer one binding may address.
+    pub(crate) fn max_binding(&self) -> u64 {
+        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+    }
+
+    /// Fails with the first error wgpu reported since the last check.
+    pub(crate) fn check(&self) -> Result<(), GpuError> {
+        let mut v = self.errors.lock().map_err(|_| GpuError::Wgpu("error log poisoned".to_string()))?;
+        if v.is_empty() {
+            return Ok(());
+        }
+        let first = v.remove(0);
+        v.clear();
+        Err(GpuError::Wgpu(first))
+    }
+
+    /// Waits for every submitted command to finish.
+    pub(crate) fn wait(&self) -> Result<(), GpuError> {
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+        self.check()
+    }
+}

@@ -1,0 +1,266 @@
+//! The GPU engine: the registry, the tensors' buffers, compiled programs, and the `Engine`
+//! operations.
+
+use std::collections::HashMap;
+
+use purebee_isa::{Engine, ExecError, Instruction, ParamValue, Program, ProgramId};
+use purebee_memory::{MemoryError, Registry, TensorId};
+
+use crate::compile::{compile, Compiled, Step};
+use crate::pipelines::PipelineCache;
+use crate::tensors::{Liveness, TensorStore};
+use crate::{GpuContext, GpuError, GpuOptions};
+
+/// The wgpu engine.
+pub struct GpuEngine {
+    ctx: GpuContext,
+    memory: Registry,
+    store: TensorStore,
+    pipelines: PipelineCache,
+    compiled: HashMap<ProgramId, Compiled>,
+    /// A reusable MAP_READ buffer for GRID_READ, grown as needed.
+    staging: Option<wgpu::Buffer>,
+}
+
+impl GpuEngine {
+    /// Opens a device (see [`GpuContext::new`]).
+    pub fn new(options: &GpuOptions) -> Result<GpuEngine, GpuError> {
+        Ok(GpuEngine {
+            ctx: GpuContext::new(options)?,
+            memory: Registry::new(),
+            store: TensorStore::default(),
+            pipelines: PipelineCache::default(),
+            compiled: HashMap::new(),
+            staging: None,
+        })
+    }
+
+    /// The device in use.
+    pub fn context(&self) -> &GpuContext {
+        &self.ctx
+    }
+
+    /// Fails with the error of the first instruction that would use a tensor that is not
+    /// live at that point, without changing anything.
+    fn check_liveness(&self, program: &Program) -> Result<(), ExecError> {
+        let mut overlay: HashMap<TensorId, Liveness> = HashMap::new();
+        let state = |overlay: &HashMap<TensorId, Liveness>, id| {
+            overlay.get(&id).copied().unwrap_or_else(|| self.store.state(&self.memory, id))
+        };
+        for i in program.instructions() {
+            let op = i.name();
+            let err = |id: TensorId, s: Liveness| {
+                let name = self.memory.name(id).to_string();
+                let source = match s {
+                    Liveness::Freed => MemoryError::Freed { name },
+                    _ => MemoryError::NotAllocated { name },
+                };
+                ExecError::Memory { op, source }
+            };
+            match i {
+                Instruction::GridAlloc(a) => {
+                    overlay.insert(a.tensor, Liveness::Live);
+                }
+                Instruction::Free(f) => {
+                    let s = state(&overlay, f.tensor);
+                    if s != Liveness::Live {
+                        return Err(err(f.tensor, s));
+                    }
+                    overlay.insert(f.tensor, Liveness::Freed);
+                }
+                other => {
+                    for id in other.operands() {
+                        let s = state(&overlay, id);
+                        if s != Liveness::Live {
+                            return Err(err(id, s));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the positions that KV_WRITE and ATTENTION will use against their caches (the
+    /// kernels cannot report errors, so this happens before anything runs).
+    fn check_positions(&self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
+        for i in program.instructions() {
+            let (op, pos, rows_of, cache) = match i {
+                Instruction::KvWrite(k) => ("KV_WRITE", program.resolve_u32(k.pos, params)?, k.src, k.cache),
+                Instruction::Attention(a) => ("ATTENTION", program.resolve_u32(a.pos, params)?, a.q, a.k_cache),
+                _ => continue,
+            };
+            let n = self.memory.desc(rows_of).map_err(|source| ExecError::Memory { op, source })?.shape.rows();
+            let n_ctx = self.memory.desc(cache).map_err(|source| ExecError::Memory { op, source })?.shape.rows();
+            let end = pos as u64 + n as u64;
+            if end > n_ctx as u64 {
+                return Err(ExecError::ContextOverflow {
+                    op,
+                    tensor: self.memory.name(cache).to_string(),
+                    pos: pos as u64,
+                    end,
+                    n_ctx,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn live(&self, op: &'static str, id: TensorId) -> Result<(), ExecError> {
+        let name = || self.memory.name(id).to_string();
+        match self.store.state(&self.memory, id) {
+            Liveness::Live => Ok(()),
+            Liveness::Freed => Err(ExecError::Memory { op, source: MemoryError::Freed { name: name() } }),
+            Liveness::Declared => Err(ExecError::Memory { op, source: MemoryError::NotAllocated { name: name() } }),
+        }
+    }
+
+    fn byte_len(&self, op: &'static str, id: TensorId) -> Result<usize, ExecError> {
+        let d = self.memory.desc(id).map_err(|source| ExecError::Memory { op, source })?;
+        Ok(d.dtype.tensor_bytes(d.shape.rows(), d.shape.cols()).unwrap_or(0))
+    }
+}
+
+impl Engine for GpuEngine {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn memory(&self) -> &Registry {
+        &self.memory
+    }
+
+    fn memory_mut(&mut self) -> &mut Registry {
+        &mut self.memory
+    }
+
+    fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
+        program.check_params(params)?;
+        self.check_liveness(program)?;
+        self.check_positions(program, params)?;
+        let current = self.compiled.get(&program.id()).is_some_and(|c| c.is_current(&self.store));
+        if !current {
+            let c = compile(&self.ctx, &self.memory, &mut self.store, &mut self.pipelines, program)?;
+            self.compiled.insert(program.id(), c);
+        }
+        let Some(c) = self.compiled.get(&program.id()) else {
+            return Err(GpuError::Wgpu("compiled program missing".to_string()).into());
+        };
+        if !params.is_empty() {
+            let words: Vec<u32> = params
+                .iter()
+                .map(|v| match *v {
+                    ParamValue::U32(u) => u,
+                    ParamValue::F32(f) => f.to_bits(),
+                })
+                .collect();
+            self.ctx.queue.write_buffer(&c.run_params, 0, bytemuck::cast_slice(&words));
+        }
+        let mut encoder =
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(program.name()) });
+        let mut pass: Option<wgpu::ComputePass> = None;
+        for step in &c.steps {
+            match step {
+                Step::Dispatch { pipeline, bind_group, workgroups } => {
+                    let p = pass.get_or_insert_with(|| {
+                        encoder
+                            .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
+                            .forget_lifetime()
+                    });
+                    p.set_pipeline(pipeline);
+                    p.set_bind_group(0, bind_group, &[]);
+                    p.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+                }
+                Step::Clear(id) => {
+                    pass = None;
+                    if let Some(t) = self.store.get(*id) {
+                        for b in &t.parts {
+                            encoder.clear_buffer(b, 0, None);
+                        }
+                    }
+                }
+                Step::Copy { src, dst } => {
+                    pass = None;
+                    if let Some(t) = self.store.get(*dst).and_then(|t| t.parts.first()) {
+                        encoder.copy_buffer_to_buffer(src, 0, t, 0, src.size());
+                    }
+                }
+            }
+        }
+        drop(pass);
+        self.ctx.queue.submit([encoder.finish()]);
+        for i in program.instructions() {
+            match i {
+                Instruction::GridAlloc(a) => self.store.set_state(a.tensor, Liveness::Live),
+                Instruction::Free(f) => {
+                    self.store.set_state(f.tensor, Liveness::Freed);
+                    self.store.release(f.tensor);
+                }
+                _ => {}
+            }
+        }
+        self.ctx.check().map_err(ExecError::from)
+    }
+
+    fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError> {
+        const OP: &str = "GRID_WRITE";
+        self.live(OP, tensor)?;
+        let expected = self.byte_len(OP, tensor)?;
+        if bytes.len() != expected {
+            let name = self.memory.name(tensor).to_string();
+            return Err(ExecError::Memory {
+                op: OP,
+                source: MemoryError::SizeMismatch { name, expected, got: bytes.len() },
+            });
+        }
+        let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
+        let Some(buffer) = t.parts.first() else { return Ok(()) };
+        if bytes.len() % 4 == 0 {
+            self.ctx.queue.write_buffer(buffer, 0, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().div_ceil(4) * 4, 0);
+            self.ctx.queue.write_buffer(buffer, 0, &padded);
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, tensor: TensorId) -> Result<Vec<u8>, ExecError> {
+        const OP: &str = "GRID_READ";
+        self.live(OP, tensor)?;
+        let len = self.byte_len(OP, tensor)?;
+        let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
+        let Some(src) = t.parts.first() else { return Ok(Vec::new()) };
+        let size = src.size();
+        if self.staging.as_ref().is_none_or(|s| s.size() < size) {
+            self.staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("GRID_READ staging"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let Some(staging) = self.staging.as_ref() else { return Ok(Vec::new()) };
+        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(OP) });
+        encoder.copy_buffer_to_buffer(src, 0, staging, 0, size);
+        self.ctx.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
+            let _ = tx.send(r);
+        });
+        self.ctx.wait()?;
+        rx.recv()
+            .map_err(|e| GpuError::Wgpu(e.to_string()))?
+            .map_err(|e| GpuError::Wgpu(format!("mapping '{}' for reading: {e}", self.memory.name(tensor))))?;
+        let out = {
+            let view = staging.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+            view[..len].to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    fn sync(&mut self) -> Result<(), ExecError> {
+        self.ctx.wait().map_err(ExecError::from)
+    }
+}

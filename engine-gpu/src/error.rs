@@ -1,0 +1,49 @@
+//! Errors of the GPU engine: each says what is missing or what failed.
+
+use purebee_isa::ExecError;
+
+/// What went wrong on the GPU side.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum GpuError {
+    /// No adapter: no GPU, or no driver for one.
+    #[error(
+        "no GPU adapter found (wgpu backends: Vulkan, Metal, DX12, GL). On Linux without a GPU, install Mesa's \
+         software Vulkan driver: `apt-get install -y mesa-vulkan-drivers`"
+    )]
+    NoAdapter,
+    /// The device could not be created with the limits or features needed.
+    #[error("GPU adapter '{adapter}': {reason}")]
+    Device {
+        /// The adapter's name.
+        adapter: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A tensor larger than the device can bind.
+    #[error("tensor '{tensor}' needs {bytes} bytes in one binding; the adapter allows {limit}")]
+    TooLarge {
+        /// The tensor.
+        tensor: String,
+        /// Its size.
+        bytes: u64,
+        /// `max_storage_buffer_binding_size`.
+        limit: u64,
+    },
+    /// A dtype a kernel does not take (the ISA validated it, so this is a missing kernel).
+    #[error("{op}: the GPU engine has no kernel for {what}")]
+    Unsupported {
+        /// The instruction.
+        op: &'static str,
+        /// What is missing.
+        what: String,
+    },
+    /// A validation or out-of-memory error wgpu reported, or a lost device.
+    #[error("wgpu: {0}")]
+    Wgpu(String),
+}
+
+impl From<GpuError> for ExecError {
+    fn from(e: GpuError) -> ExecError {
+        ExecError::Device { engine: "gpu", reason: e.to_string() }
+    }
+}

@@ -1,0 +1,107 @@
+// Element-wise kernels: TENSOR_ADD, ELEMENT_MUL (binary) and SILU, RELU2, GELU (unary).
+// One invocation per element. The operation is an override constant, so each op is its
+// own pipeline without a branch per element. In-place forms exist because one buffer cannot
+// be bound as read-only and read-write in the same dispatch.
+
+struct Params {
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+override WG: u32 = 256u;
+// 0: add, 1: mul.
+override BINARY_OP: u32 = 0u;
+// 0: silu, 1: relu2, 2: gelu (tanh form).
+override UNARY_OP: u32 = 0u;
+
+fn binary_op(x: f32, y: f32) -> f32 {
+    if (BINARY_OP == 0u) {
+        return x + y;
+    }
+    return x * y;
+}
+
+fn unary_op(x: f32) -> f32 {
+    if (UNARY_OP == 0u) {
+        return x / (1.0 + exp(-x));
+    }
+    if (UNARY_OP == 1u) {
+        let r = max(x, 0.0);
+        return r * r;
+    }
+    // tanh saturates to ±1 in f32 beyond |t| ≈ 9; clamping keeps exp-based tanh finite.
+    let t = clamp(0.7978845608028654 * (x + 0.044715 * x * x * x), -10.0, 10.0);
+    return 0.5 * x * (1.0 + tanh(t));
+}
+
+fn index(wid: vec3<u32>, lid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid.x;
+}
+
+// out = a ∘ b
+@compute @workgroup_size(WG)
+fn binary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(wid, lid, nwg);
+    if (i < p.n) {
+        out[i] = binary_op(a[i], b[i]);
+    }
+}
+
+// out = out ∘ b (out was a)
+@compute @workgroup_size(WG)
+fn binary_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(wid, lid, nwg);
+    if (i < p.n) {
+        out[i] = binary_op(out[i], b[i]);
+    }
+}
+
+// out = b ∘ out (out was b; the order matters for neither op, but is kept exact)
+@compute @workgroup_size(WG)
+fn binary_inplace_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(wid, lid, nwg);
+    if (i < p.n) {
+        out[i] = binary_op(a[i], out[i]);
+    }
+}
+
+// out = out ∘ out (a, b and out are one tensor)
+@compute @workgroup_size(WG)
+fn binary_self(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(wid, lid, nwg);
+    if (i < p.n) {
+        let v = out[i];
+        out[i] = binary_op(v, v);
+    }
+}
+
+// out = f(a)
+@compute @workgroup_size(WG)
+fn unary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(wid, lid, nwg);
+    if (i < p.n) {
+        out[i] = unary_op(a[i]);
+    }
+}
+
+// out = f(out)
+@compute @workgroup_size(WG)
+fn unary_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(wid, lid, nwg);
+    if (i < p.n) {
+        out[i] = unary_op(out[i]);
+    }
+}

@@ -1,0 +1,123 @@
+//! The kernels: one `.wgsl` file per kernel family beside the Rust that dispatches it.
+//!
+//! Each dispatcher turns one instruction into [`KernelCall`]s: which pipeline, the bytes of
+//! its uniform parameters (a `#[repr(C)]` Pod struct mirroring the WGSL struct), the storage
+//! buffers in binding order, and the workgroup counts. Binding 0 is always the uniform;
+//! bindings 1.. are the storage buffers, in the order listed.
+
+pub(crate) mod elementwise;
+pub(crate) mod layout;
+
+use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
+use purebee_memory::{Registry, TensorDesc, TensorId};
+
+use crate::context::Capabilities;
+use crate::pipelines::PipelineKey;
+use crate::GpuError;
+
+/// Every WGSL file of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Shader {
+    /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
+    Elementwise,
+}
+
+impl Shader {
+    /// The file name, for labels and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shader::Elementwise => "elementwise.wgsl",
+        }
+    }
+
+    /// The WGSL source.
+    pub fn source(self) -> &'static str {
+        match self {
+            Shader::Elementwise => include_str!("elementwise.wgsl"),
+        }
+    }
+}
+
+/// A storage buffer bound to a kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Storage {
+    /// Part `1` of tensor `0`'s GPU layout.
+    Tensor(TensorId, usize),
+    /// The program's run-time parameter values, one u32 word each (f32 as bits).
+    RunParams,
+}
+
+/// One dispatch of one pipeline.
+#[derive(Clone, Debug)]
+pub(crate) struct KernelCall {
+    pub key: PipelineKey,
+    /// The uniform parameters (binding 0), a Pod struct's bytes.
+    pub params: Vec<u8>,
+    /// Storage buffers with their binding numbers (1, 2, ...; an entry point may skip some).
+    pub storage: Vec<(u32, Storage)>,
+    pub workgroups: [u32; 3],
+}
+
+/// What a dispatcher may look at: tensor descriptions, the adapter's capabilities and
+/// limits, and the program (to turn run-time arguments into parameter slots).
+pub(crate) struct RecordCtx<'a> {
+    pub reg: &'a Registry,
+    pub program: &'a Program,
+    pub caps: Capabilities,
+    pub max_workgroups: u32,
+}
+
+/// A u32 or f32 argument as a kernel reads it: a constant, or a slot of the run-time
+/// parameters (`param == ARG_CONST` means the constant).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct ArgSlot {
+    pub value: u32,
+    pub param: u32,
+}
+
+/// The `param` of an [`ArgSlot`] that holds a constant.
+pub(crate) const ARG_CONST: u32 = u32::MAX;
+
+impl RecordCtx<'_> {
+    pub fn desc(&self, id: TensorId) -> Result<&TensorDesc, GpuError> {
+        self.reg.desc(id).map_err(|e| GpuError::Wgpu(e.to_string()))
+    }
+
+    pub fn u32_arg(&self, a: U32Arg) -> ArgSlot {
+        match a {
+            U32Arg::Const(v) => ArgSlot { value: v, param: ARG_CONST },
+            U32Arg::Param(p) => ArgSlot { value: 0, param: p.index() as u32 },
+        }
+    }
+
+    pub fn f32_arg(&self, a: F32Arg) -> ArgSlot {
+        match a {
+            F32Arg::Const(v) => ArgSlot { value: v.to_bits(), param: ARG_CONST },
+            F32Arg::Param(p) => ArgSlot { value: 0, param: p.index() as u32 },
+        }
+    }
+
+    /// Workgroup counts covering `n` invocations of `wg` threads: x up to the device's
+    /// limit, the rest in y (kernels compute `(wid.y · num_workgroups.x + wid.x) · wg + lid.x`).
+    pub fn grid_1d(&self, n: usize, wg: u32) -> [u32; 3] {
+        let groups = n.div_ceil(wg as usize).max(1) as u64;
+        let x = groups.min(self.max_workgroups as u64);
+        [x as u32, groups.div_ceil(x) as u32, 1]
+    }
+}
+
+/// The dispatches of one instruction. Memory instructions (GRID_ALLOC, GRID_WRITE, FREE,
+/// SYNC) are handled by the compiler, not here.
+pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>, GpuError> {
+    let unsupported = |op| Err(GpuError::Unsupported { op, what: "this instruction (not yet written)".to_string() });
+    match i {
+        Instruction::TensorAdd(b) => elementwise::binary(ctx, elementwise::BinaryOp::Add, b),
+        Instruction::ElementMul(b) => elementwise::binary(ctx, elementwise::BinaryOp::Mul, b),
+        Instruction::Silu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Silu, u),
+        Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
+        Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
+        Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
+        other => unsupported(other.name()),
+    }
+}

@@ -1,0 +1,56 @@
+//! Compute pipelines, cached by kernel identity and specialization (never by a free-form
+//! string), and the shader modules they come from.
+
+use std::collections::HashMap;
+
+use crate::kernels::Shader;
+use crate::GpuContext;
+
+/// A pipeline's identity: the shader file, its entry point, and the values of its
+/// `override` constants (workgroup size, variant switches).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PipelineKey {
+    pub shader: Shader,
+    pub entry: &'static str,
+    pub constants: Vec<(&'static str, u32)>,
+}
+
+/// Every pipeline and shader module created so far.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: HashMap<Shader, wgpu::ShaderModule>,
+    pipelines: HashMap<PipelineKey, wgpu::ComputePipeline>,
+}
+
+impl PipelineCache {
+    /// The pipeline for `key`, created on first use.
+    pub fn get(&mut self, ctx: &GpuContext, key: &PipelineKey) -> wgpu::ComputePipeline {
+        if let Some(p) = self.pipelines.get(key) {
+            return p.clone();
+        }
+        let module = self
+            .modules
+            .entry(key.shader)
+            .or_insert_with(|| {
+                ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(key.shader.name()),
+                    source: wgpu::ShaderSource::Wgsl(key.shader.source().into()),
+                })
+            })
+            .clone();
+        let constants: Vec<(&str, f64)> = key.constants.iter().map(|&(k, v)| (k, v as f64)).collect();
+        let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(key.entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(key.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &constants,
+                zero_initialize_workgroup_memory: true,
+            },
+            cache: None,
+        });
+        self.pipelines.insert(key.clone(), pipeline.clone());
+        pipeline
+    }
+}
