@@ -61,30 +61,56 @@ impl Pair {
         params: &[ParamValue],
         build: impl Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
     ) -> (Outputs, Outputs) {
+        let mut runs = self.run_each(inputs, &[params.to_vec()], build);
+        runs.pop().expect("one run")
+    }
+
+    /// Like [`Pair::run`], but builds the program once and runs it once per entry of
+    /// `runs` (the run-time parameter values of that run), reading the outputs after each:
+    /// the same compiled program at several positions. State carries over from one run to
+    /// the next on both engines (a cache written by one run is read by the next). Returns
+    /// (gpu, reference) outputs per run.
+    pub fn run_each(
+        &mut self,
+        inputs: &[(&str, HostTensor)],
+        runs: &[Vec<ParamValue>],
+        build: impl Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
+    ) -> Vec<(Outputs, Outputs)> {
         self.case += 1;
         let prefix = format!("case{}", self.case);
-        let gpu = run_on(&mut self.gpu, &prefix, inputs, params, &build);
-        let reference = run_on(&mut self.reference, &prefix, inputs, params, &build);
-        (gpu, reference)
+        let gpu = run_on(&mut self.gpu, &prefix, inputs, runs, &build);
+        let reference = run_on(&mut self.reference, &prefix, inputs, runs, &build);
+        gpu.into_iter().zip(reference).collect()
     }
 }
+
+/// What builds a case's program: given the builder, the name prefixer and the input
+/// handles, it records the instructions and returns the handles to read.
+type BuildFn<'a> =
+    dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError> + 'a;
 
 fn run_on(
     engine: &mut dyn Engine,
     prefix: &str,
     inputs: &[(&str, HostTensor)],
-    params: &[ParamValue],
-    build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
-) -> Outputs {
+    runs: &[Vec<ParamValue>],
+    build: &BuildFn<'_>,
+) -> Vec<Outputs> {
     let name = |n: &str| format!("{prefix}.{n}");
     let ids: Vec<TensorId> =
         inputs.iter().map(|(n, t)| engine.memory_mut().insert(&name(n), t.clone()).expect("unique name")).collect();
     let mut b = ProgramBuilder::new(prefix, engine.memory_mut());
     let outs = build(&mut b, &name, &ids).expect("the program builds");
     let program = b.finish();
-    engine.execute(&program, params).unwrap_or_else(|e| panic!("{} engine: {e}", engine.name()));
-    let got: Outputs =
-        outs.iter().map(|&o| engine.read(o).unwrap_or_else(|e| panic!("{} engine: {e}", engine.name()))).collect();
+    let mut got = Vec::with_capacity(runs.len());
+    for params in runs {
+        engine.execute(&program, params).unwrap_or_else(|e| panic!("{} engine: {e}", engine.name()));
+        got.push(
+            outs.iter()
+                .map(|&o| engine.read(o).unwrap_or_else(|e| panic!("{} engine: {e}", engine.name())))
+                .collect::<Outputs>(),
+        );
+    }
     // Free what the case made, on the engine (FREE releases GPU buffers) and in the registry.
     let mut made: Vec<TensorId> = ids.iter().chain(&outs).copied().collect();
     made.sort();
