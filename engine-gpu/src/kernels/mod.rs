@@ -6,6 +6,7 @@
 //! bindings 1.. are the storage buffers, in the order listed.
 
 pub(crate) mod elementwise;
+pub(crate) mod kv_write;
 pub(crate) mod layout;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
@@ -20,6 +21,8 @@ use crate::GpuError;
 pub(crate) enum Shader {
     /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
     Elementwise,
+    /// `kv_write.wgsl`: KV_WRITE.
+    KvWrite,
 }
 
 impl Shader {
@@ -27,6 +30,7 @@ impl Shader {
     pub fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
+            Shader::KvWrite => "kv_write.wgsl",
         }
     }
 
@@ -34,6 +38,7 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::KvWrite => include_str!("kv_write.wgsl"),
         }
     }
 }
@@ -117,6 +122,7 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Silu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Silu, u),
         Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
+        Instruction::KvWrite(k) => kv_write::record(ctx, k),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
     }

@@ -1,0 +1,135 @@
+//! KV_WRITE: GPU engine vs reference engine, bit for bit.
+//!
+//! KV_WRITE is a copy, so the caches must agree exactly, bit for bit: the data are random
+//! 32-bit patterns (NaNs with payloads, infinities, subnormals included), and the whole cache
+//! is compared after each run, so a write to a wrong row or past the rows written shows. One
+//! compiled program runs at several positions (a run-time parameter), each run adding rows
+//! to the same cache. Widths are not multiples of the 256-thread workgroup.
+
+use proptest::prelude::*;
+use purebee_isa::{Engine, ExecError, ParamValue, ProgramBuilder, U32Arg};
+use purebee_memory::{HostTensor, Shape};
+use purebee_tests::differential::{gpu_tests_skipped, pair, u32s};
+
+fn matrix(rows: usize, cols: usize, bits: Vec<u32>) -> HostTensor {
+    let values = bits.into_iter().map(f32::from_bits).collect();
+    HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), values).expect("sizes agree")
+}
+
+/// Writes `src` (`[n, w]`) into a `[n_ctx, w]` cache holding `init`, once per position of
+/// `positions`, with one compiled program; compares the caches bit for bit after each run.
+fn check(n: usize, w: usize, n_ctx: usize, src: Vec<u32>, init: Vec<u32>, positions: &[u32]) -> Result<(), String> {
+    let inputs = [("src", matrix(n, w, src)), ("cache", matrix(n_ctx, w, init))];
+    let runs: Vec<Vec<ParamValue>> = positions.iter().map(|&p| vec![ParamValue::U32(p)]).collect();
+    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, _, ids| {
+        let pos = b.param_u32("pos")?;
+        b.kv_write(ids[1], ids[0], pos)?;
+        Ok(vec![ids[1]])
+    });
+    for (run, (gpu, reference)) in results.iter().enumerate() {
+        let (got, want) = (u32s(&gpu[0]), u32s(&reference[0]));
+        if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
+            return Err(format!(
+                "n={n} w={w} n_ctx={n_ctx} run {run} (pos {}): index {i} (row {}, col {}): got {:#010x}, expected \
+                 {:#010x}, difference {:e}",
+                positions[run],
+                i / w,
+                i % w,
+                got[i],
+                want[i],
+                f32::from_bits(got[i]) - f32::from_bits(want[i])
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A case: the shape, the source and initial cache bits, and up to four positions.
+fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<u32>, Vec<u32>, Vec<u32>)> {
+    (1usize..=12, 1usize..=700, 0usize..=40).prop_flat_map(|(n, w, spare)| {
+        let n_ctx = n + spare;
+        (
+            Just(n),
+            Just(w),
+            Just(n_ctx),
+            prop::collection::vec(any::<u32>(), n * w),
+            prop::collection::vec(any::<u32>(), n_ctx * w),
+            prop::collection::vec(0..=(spare as u32), 1..=4),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn kv_write_matches_the_reference_bit_for_bit((n, w, n_ctx, src, init, positions) in case()) {
+        if gpu_tests_skipped() { return Ok(()); }
+        check(n, w, n_ctx, src, init, &positions).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Deterministic bits for the pinned shapes (SplitMix64).
+fn bits(len: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| {
+            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) >> 32) as u32
+        })
+        .collect()
+}
+
+#[test]
+fn decode_row_of_the_2b_model_at_the_first_and_last_positions() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // 5 kv heads of 128: 640 floats per row, 4096 rows.
+    let (n, w, n_ctx) = (1, 640, 4096);
+    check(n, w, n_ctx, bits(n * w, 1), bits(n_ctx * w, 2), &[0, 4095, 2048]).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn prefill_of_512_rows_at_the_end_of_the_cache() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let (n, w, n_ctx) = (512, 192, 1024);
+    check(n, w, n_ctx, bits(n * w, 3), bits(n_ctx * w, 4), &[512, 0, 100]).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_write_past_the_cache_is_refused_and_changes_nothing() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let mut pair = pair();
+    let gpu = &mut pair.gpu;
+    let init = bits(8 * 3, 5);
+    let src = gpu.memory_mut().insert("overflow.src", matrix(2, 3, bits(6, 6))).expect("unique");
+    let cache = gpu.memory_mut().insert("overflow.cache", matrix(8, 3, init.clone())).expect("unique");
+    let mut b = ProgramBuilder::new("overflow", gpu.memory_mut());
+    let pos = b.param_u32("pos").expect("param");
+    b.kv_write(cache, src, pos).expect("valid");
+    let program = b.finish();
+    for p in [7, 8, u32::MAX] {
+        match gpu.execute(&program, &[ParamValue::U32(p)]) {
+            Err(ExecError::ContextOverflow { .. }) => {}
+            other => panic!("pos {p}: expected a context overflow, got {other:?}"),
+        }
+    }
+    // A constant position is checked the same way.
+    let mut b = ProgramBuilder::new("overflow-const", gpu.memory_mut());
+    b.kv_write(cache, src, U32Arg::Const(7)).expect("valid");
+    let constant = b.finish();
+    assert!(matches!(gpu.execute(&constant, &[]), Err(ExecError::ContextOverflow { .. })));
+    assert_eq!(u32s(&gpu.read(cache).expect("read")), init, "the cache changed");
+    gpu.execute(&program, &[ParamValue::U32(6)]).expect("pos 6 fits");
+    let after = u32s(&gpu.read(cache).expect("read"));
+    assert_eq!(after[..18], init[..18]);
+    assert_eq!(after[18..], bits(6, 6)[..]);
+}
