@@ -8,6 +8,7 @@
 pub(crate) mod elementwise;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
+pub(crate) mod rope;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -21,6 +22,8 @@ use crate::GpuError;
 pub(crate) enum Shader {
     /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
     Elementwise,
+    /// `rope.wgsl`: ROPE.
+    Rope,
     /// `kv_write.wgsl`: KV_WRITE.
     KvWrite,
 }
@@ -30,6 +33,7 @@ impl Shader {
     pub fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
+            Shader::Rope => "rope.wgsl",
             Shader::KvWrite => "kv_write.wgsl",
         }
     }
@@ -38,6 +42,7 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::Rope => include_str!("rope.wgsl"),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
         }
     }
@@ -122,6 +127,7 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Silu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Silu, u),
         Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
+        Instruction::Rope(r) => rope::record(ctx, r),
         Instruction::KvWrite(k) => kv_write::record(ctx, k),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
