@@ -1,11 +1,16 @@
 //! Compiling a program once: buffers, uniform parameters, pipelines and bind groups for
 //! every dispatch, so that running it only records and submits.
+//!
+//! Every instruction's dispatches are recorded first, so that each scratch buffer
+//! ([`ScratchKey`]) is created once, at the largest size any dispatch asks for.
+
+use std::collections::BTreeMap;
 
 use purebee_isa::{Instruction, Program};
 use purebee_memory::{Registry, TensorId};
 use wgpu::util::DeviceExt;
 
-use crate::kernels::{self, RecordCtx, Storage};
+use crate::kernels::{self, KernelCall, RecordCtx, ScratchKey, Storage};
 use crate::pipelines::PipelineCache;
 use crate::tensors::TensorStore;
 use crate::{GpuContext, GpuError};
@@ -52,6 +57,40 @@ pub(crate) fn compile(
     });
     let rctx =
         RecordCtx { reg, program, caps: ctx.caps, max_workgroups: ctx.limits.max_compute_workgroups_per_dimension };
+    let mut recorded: Vec<Vec<KernelCall>> = Vec::with_capacity(program.instructions().len());
+    for instruction in program.instructions() {
+        recorded.push(match instruction {
+            Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => {
+                Vec::new()
+            }
+            other => kernels::record(&rctx, other)?,
+        });
+    }
+    let mut sizes: BTreeMap<ScratchKey, u64> = BTreeMap::new();
+    for (_, s) in recorded.iter().flatten().flat_map(|c| &c.storage) {
+        if let Storage::Scratch(key, bytes) = *s {
+            let size = sizes.entry(key).or_insert(0);
+            *size = (*size).max(bytes);
+        }
+    }
+    let mut scratch: BTreeMap<ScratchKey, wgpu::Buffer> = BTreeMap::new();
+    for (key, bytes) in sizes {
+        let size = bytes.div_ceil(4).max(1) * 4;
+        if size > ctx.max_binding() {
+            return Err(GpuError::TooLarge {
+                tensor: format!("{key:?} scratch"),
+                bytes: size,
+                limit: ctx.max_binding(),
+            });
+        }
+        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(&format!("{key:?} scratch")),
+            size,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        scratch.insert(key, buffer);
+    }
     let mut steps = Vec::new();
     let mut bound = Vec::new();
     let mut bind = |store: &mut TensorStore, id: TensorId| -> Result<(), GpuError> {
@@ -59,7 +98,7 @@ pub(crate) fn compile(
         bound.push((id, t.generation));
         Ok(())
     };
-    for instruction in program.instructions() {
+    for (instruction, calls) in program.instructions().iter().zip(recorded) {
         match instruction {
             Instruction::GridAlloc(a) => {
                 bind(store, a.tensor)?;
@@ -78,7 +117,7 @@ pub(crate) fn compile(
             }
             Instruction::Free(_) | Instruction::Sync => {}
             other => {
-                for call in kernels::record(&rctx, other)? {
+                for call in calls {
                     let pipeline = pipelines.get(ctx, &call.key);
                     let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                         label: Some(other.name()),
@@ -94,6 +133,9 @@ pub(crate) fn compile(
                     for &(binding, s) in &call.storage {
                         let buffer = match s {
                             Storage::RunParams => &run_params,
+                            Storage::Scratch(key, _) => scratch
+                                .get(&key)
+                                .ok_or_else(|| GpuError::Wgpu(format!("{}: missing {key:?} scratch", other.name())))?,
                             Storage::Tensor(id, part) => {
                                 store.get(id).and_then(|t| t.parts.get(part)).ok_or_else(|| {
                                     GpuError::Wgpu(format!("{}: missing buffer part {part}", other.name()))

@@ -5,6 +5,7 @@
 //! buffers in binding order, and the workgroup counts. Binding 0 is always the uniform;
 //! bindings 1.. are the storage buffers, in the order listed.
 
+pub(crate) mod attention;
 pub(crate) mod elementwise;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
@@ -26,6 +27,8 @@ pub(crate) enum Shader {
     Rope,
     /// `kv_write.wgsl`: KV_WRITE.
     KvWrite,
+    /// `attention.wgsl`: ATTENTION.
+    Attention,
 }
 
 impl Shader {
@@ -35,6 +38,7 @@ impl Shader {
             Shader::Elementwise => "elementwise.wgsl",
             Shader::Rope => "rope.wgsl",
             Shader::KvWrite => "kv_write.wgsl",
+            Shader::Attention => "attention.wgsl",
         }
     }
 
@@ -44,6 +48,7 @@ impl Shader {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
             Shader::Rope => include_str!("rope.wgsl"),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
+            Shader::Attention => include_str!("attention.wgsl"),
         }
     }
 }
@@ -55,6 +60,24 @@ pub(crate) enum Storage {
     Tensor(TensorId, usize),
     /// The program's run-time parameter values, one u32 word each (f32 as bits).
     RunParams,
+    /// A GPU-only buffer that is no ISA tensor, of at least this many bytes (see
+    /// [`ScratchKey`]).
+    Scratch(ScratchKey, u64),
+}
+
+/// A GPU-only working buffer that is not an ISA tensor (ATTENTION's split-K partials).
+///
+/// The compiler creates one buffer per key per compiled program, once, sized to the largest
+/// request of that key among the program's dispatches; every dispatch naming the key binds
+/// that one buffer. Dispatches run in order, and a kernel reads from a scratch buffer only
+/// what an earlier dispatch of the same instruction wrote, so sharing one buffer between
+/// instructions is safe. Its contents are undefined when an instruction starts. Nothing is
+/// allocated when the program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum ScratchKey {
+    /// ATTENTION's split-K partial results: per (query row, head, split) a slot of
+    /// `head_dim + 2` f32, `[m, l, o_0 .. o_{head_dim−1}]` (see `attention.wgsl`).
+    AttentionPartials,
 }
 
 /// One dispatch of one pipeline.
@@ -129,6 +152,7 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
         Instruction::Rope(r) => rope::record(ctx, r),
         Instruction::KvWrite(k) => kv_write::record(ctx, k),
+        Instruction::Attention(a) => attention::record(ctx, a),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
     }

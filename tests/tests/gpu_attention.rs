@@ -1,0 +1,261 @@
+//! ATTENTION: GPU engine vs reference engine over random shapes: head dims 32 ..= 128 and
+//! odd ones below, 1 to 3 kv heads with 1 to 4 query heads each, decode (one row, contexts
+//! up to 4200, the kernel's split-K path) and prefill (up to 24 rows, its direct path when
+//! the cache is short), each compiled program run at up to three run-time positions. Cache
+//! rows past the last position any run may read hold NaN, so reading one fails the test.
+//!
+//! Tolerance, per output element (u = 2^-24), from the length of the sums (for a row at
+//! position p, L = p + 1 positions; N = ceil(L / 64) tiles of the kernel on one chain):
+//! - a score is a dot product of head_dim terms, times a rounded 1/sqrt(head_dim): off by
+//!   at most E = (head_dim + 3)·u·A, A = max over positions of Σ_i |q_i·k_i| / sqrt(head_dim);
+//! - each weight e^(s − m) then carries relative error E from its score, plus WGSL's exp
+//!   error (3 + 2|x| ULP = (6 + 4|x|)u relative) and the rounding of its argument (|x|u) for
+//!   the exp that made it, for each rescaling e^(m_old − m_new) on its way (one per tile:
+//!   6u each, plus 5u·|Δm| summing to at most 5u·R), and for the split merge's factor; |x|
+//!   and the sum of the |Δm| are at most the score range R: δ = E + (12 + 15R + 6N)u. Weights
+//!   off by a relative δ move the output by at most δ·max_t |v_t − out|;
+//! - the sums Σ w·v and Σ w pass each term through at most K = 132 + 2N roundings: the
+//!   product, 64 additions in a tile, two (rescale and add) per tile, the merge's factor and
+//!   its ≤ 64 additions, the division (γ_K bound, any data);
+//!
+//! so `|got − want| ≤ 1.01·(δ + K·u)·(V + |want|) + u·|want|`, V = max_t |v_t| in that
+//! dimension, the last term for the reference's own rounding of its f64 result, 1.01 for
+//! the second-order terms. For the 2B decode shape at position 4095 this is about
+//! 1.4e-4·(V + |want|), nearly all of it the worst case of the 128-term scores in f32.
+
+use proptest::prelude::*;
+use purebee_isa::ops::Attention;
+use purebee_isa::{DType, ParamValue, ProgramBuilder, U32Arg};
+use purebee_memory::{HostTensor, Shape};
+use purebee_tests::differential::{f32s, gpu_tests_skipped, pair};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// Positions per tile in the kernel (its workgroup size), for the bound's tile count.
+const TILE: usize = 64;
+
+/// One ATTENTION problem.
+#[derive(Clone, Debug)]
+struct Case {
+    n: usize,
+    n_head: usize,
+    n_kv: usize,
+    head_dim: usize,
+    n_ctx: usize,
+    /// The position is a run-time parameter (else the constant `positions[0]`).
+    pos_param: bool,
+    positions: Vec<u32>,
+    /// `[n, n_head·head_dim]`.
+    q: Vec<f32>,
+    /// `[n_ctx, n_kv·head_dim]` each; rows no run reads are NaN.
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Case {
+    fn shape(&self) -> String {
+        format!(
+            "n={} n_head={} n_kv={} head_dim={} n_ctx={} (pos param: {})",
+            self.n, self.n_head, self.n_kv, self.head_dim, self.n_ctx, self.pos_param
+        )
+    }
+
+    /// Fills cache rows at or past `pos + n` for every position with NaN.
+    fn poison(mut self) -> Case {
+        let end = self.positions.iter().map(|&p| p as usize + self.n).max().unwrap_or(0);
+        let kv_width = self.n_kv * self.head_dim;
+        for x in self.k[end * kv_width..].iter_mut().chain(&mut self.v[end * kv_width..]) {
+            *x = f32::NAN;
+        }
+        self
+    }
+}
+
+/// Compares one run's output with the reference's within the bound the module documents.
+fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32]) -> Result<(), String> {
+    let (hd, q_width, kv_width) = (c.head_dim, c.n_head * c.head_dim, c.n_kv * c.head_dim);
+    let scale = 1.0 / (hd as f64).sqrt();
+    for r in 0..c.n {
+        let len = pos as usize + r + 1;
+        let tiles = len.div_ceil(TILE) as f64;
+        for h in 0..c.n_head {
+            let kvh = h / (c.n_head / c.n_kv);
+            let q = &c.q[r * q_width + h * hd..][..hd];
+            let (mut a, mut lo, mut hi) = (0f64, f64::INFINITY, f64::NEG_INFINITY);
+            for t in 0..len {
+                let k = &c.k[t * kv_width + kvh * hd..][..hd];
+                let s: f64 = q.iter().zip(k).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() * scale;
+                let abs: f64 = q.iter().zip(k).map(|(&x, &y)| (x as f64 * y as f64).abs()).sum::<f64>() * scale;
+                a = a.max(abs);
+                lo = lo.min(s);
+                hi = hi.max(s);
+            }
+            let e = (hd as f64 + 3.0) * U * a;
+            let range = hi - lo + 2.0 * e;
+            let delta = e + (12.0 + 15.0 * range + 6.0 * tiles) * U;
+            let k_roundings = 132.0 + 2.0 * tiles;
+            for d in 0..hd {
+                let v_max = (0..len).map(|t| (c.v[t * kv_width + kvh * hd + d] as f64).abs()).fold(0.0, f64::max);
+                let i = r * q_width + h * hd + d;
+                let (g, w) = (got[i] as f64, want[i] as f64);
+                let bound = 1.01 * (delta + k_roundings * U) * (v_max + w.abs()) + U * w.abs();
+                // Written so that a NaN fails.
+                let within = (g - w).abs() <= bound;
+                if !within {
+                    return Err(format!(
+                        "{} at pos {pos}: index {i} (row {r}, head {h}, dim {d}): got {g}, expected {w}, difference \
+                         {:e}, bound {bound:e}",
+                        c.shape(),
+                        (g - w).abs()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the case's program once per position on both engines and compares each run.
+fn check(c: &Case) -> Result<(), String> {
+    let (q_width, kv_width) = (c.n_head * c.head_dim, c.n_kv * c.head_dim);
+    let matrix = |rows, cols, v: &Vec<f32>| {
+        HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), v.clone()).expect("sizes agree")
+    };
+    let inputs = [
+        ("q", matrix(c.n, q_width, &c.q)),
+        ("k", matrix(c.n_ctx, kv_width, &c.k)),
+        ("v", matrix(c.n_ctx, kv_width, &c.v)),
+    ];
+    let positions: Vec<u32> = if c.pos_param { c.positions.clone() } else { c.positions[..1].to_vec() };
+    let runs: Vec<Vec<ParamValue>> =
+        positions.iter().map(|&p| if c.pos_param { vec![ParamValue::U32(p)] } else { vec![] }).collect();
+    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
+        let pos = if c.pos_param { b.param_u32("pos")? } else { U32Arg::Const(c.positions[0]) };
+        let out = b.alloc(&name("out"), DType::F32, &[c.n, q_width])?;
+        b.attention(Attention { out, q: ids[0], k_cache: ids[1], v_cache: ids[2], head_dim: c.head_dim as u32, pos })?;
+        Ok(vec![out])
+    });
+    for (run, (gpu, reference)) in results.iter().enumerate() {
+        compare(c, positions[run], &f32s(&gpu[0]), &f32s(&reference[0]))?;
+    }
+    Ok(())
+}
+
+fn head_dim() -> impl Strategy<Value = usize> {
+    // The models' head dims (32 .. 128, odd ones between) and small odd ones.
+    prop_oneof![32usize..=128, 1usize..=31]
+}
+
+/// A case of `n` rows from `rows`, with `spare` cache rows past the last one from `spare`.
+fn case(rows: std::ops::RangeInclusive<usize>, spare: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Case> {
+    (rows, 1usize..=3, 1usize..=4, head_dim(), spare, any::<bool>())
+        .prop_flat_map(|(n, n_kv, group, head_dim, spare, pos_param)| {
+            let n_ctx = n + spare;
+            let (q_len, kv_len) = (n * n_kv * group * head_dim, n_ctx * n_kv * head_dim);
+            (
+                Just((n, n_kv, group, head_dim, n_ctx, pos_param)),
+                // Positions anywhere, and one at the end of the cache.
+                prop::collection::vec(0..=(spare as u32), 1..=2).prop_map(move |mut v| {
+                    v.push(spare as u32);
+                    v
+                }),
+                prop::collection::vec(-2.0f32..2.0, q_len),
+                prop::collection::vec(-2.0f32..2.0, kv_len),
+                prop::collection::vec(-4.0f32..4.0, kv_len),
+            )
+        })
+        .prop_map(|((n, n_kv, group, head_dim, n_ctx, pos_param), positions, q, k, v)| {
+            Case { n, n_head: n_kv * group, n_kv, head_dim, n_ctx, pos_param, positions, q, k, v }.poison()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn decode_matches_the_reference(c in case(1..=1, 0..=4200)) {
+        if gpu_tests_skipped() { return Ok(()); }
+        check(&c).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn prefill_matches_the_reference(c in case(2..=24, 0..=300)) {
+        if gpu_tests_skipped() { return Ok(()); }
+        check(&c).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Deterministic values in [−amp, amp) for the pinned shapes.
+fn values(len: usize, seed: u32, amp: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            ((s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * amp
+        })
+        .collect()
+}
+
+fn pinned(n: usize, n_head: usize, n_kv: usize, head_dim: usize, n_ctx: usize, positions: Vec<u32>) -> Case {
+    let (q_len, kv_len) = (n * n_head * head_dim, n_ctx * n_kv * head_dim);
+    Case {
+        n,
+        n_head,
+        n_kv,
+        head_dim,
+        n_ctx,
+        pos_param: true,
+        positions,
+        q: values(q_len, 1, 2.0),
+        k: values(kv_len, 2, 2.0),
+        v: values(kv_len, 3, 4.0),
+    }
+    .poison()
+}
+
+#[test]
+fn bitnet_2b_decode_over_the_whole_context() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // 20 heads, 5 kv heads of 128, 4096 positions; the last position, the first, and one
+    // between, in one compiled program.
+    check(&pinned(1, 20, 5, 128, 4096, vec![4095, 0, 2500])).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn smollm2_decode_with_three_query_heads_per_kv_head() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    check(&pinned(1, 9, 3, 64, 2048, vec![1999, 63, 64, 65])).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn prefill_of_512_rows() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // Enough (row, head) pairs that the positions are not split; rows at 0 ..= 511, then at
+    // 200 ..= 711 of a 712-row cache.
+    check(&pinned(512, 4, 1, 64, 712, vec![0, 200])).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn large_scores_need_the_maximum_subtracted() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // Scores in the hundreds: e^score overflows f32 unless the maximum is subtracted.
+    let mut c = pinned(3, 2, 1, 32, 300, vec![290, 5]);
+    c.q = values(c.q.len(), 7, 64.0);
+    check(&c).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn one_head_of_one_element() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    check(&pinned(2, 1, 1, 1, 130, vec![0, 128, 77])).unwrap_or_else(|e| panic!("{e}"));
+}
