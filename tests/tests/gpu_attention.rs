@@ -3,6 +3,7 @@
 //! up to 4200, the kernel's split-K path) and prefill (up to 24 rows, its direct path when
 //! the cache is short), each compiled program run at up to three run-time positions. Cache
 //! rows past the last position any run may read hold NaN, so reading one fails the test.
+//! One test records KV_WRITE and ATTENTION of two layers in one program, as a model does.
 //!
 //! Tolerance, per output element (u = 2^-24), from the length of the sums (for a row at
 //! position p, L = p + 1 positions; N = ceil(L / 64) tiles of the kernel on one chain):
@@ -258,4 +259,69 @@ fn one_head_of_one_element() {
         return;
     }
     check(&pinned(2, 1, 1, 1, 130, vec![0, 128, 77])).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn chunked_prefill_of_two_layers_in_one_program() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // Per layer, KV_WRITE of 4 key and value rows at `pos`, then ATTENTION of 4 query rows
+    // at `pos`, as a model records them; the program runs at positions 0, 4, 8, ..., so each
+    // run reads the rows the runs before it wrote. The caches start as NaN: an ATTENTION
+    // that ran before its KV_WRITE finished, or read past it, would show. The two layers'
+    // shapes differ, so their split-K partials ask for different scratch sizes and share the
+    // larger buffer.
+    let (n, n_ctx) = (4, 200);
+    let layers = [(4usize, 2usize, 48usize), (6, 3, 100)]; // (n_head, n_kv, head_dim)
+    let mut inputs = Vec::new();
+    for (l, &(n_head, n_kv, hd)) in layers.iter().enumerate() {
+        let seed = 10 * l as u32;
+        let matrix = |rows, cols, v: Vec<f32>| {
+            HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), v).expect("sizes agree")
+        };
+        inputs.push((format!("q{l}"), matrix(n, n_head * hd, values(n * n_head * hd, seed + 1, 2.0))));
+        inputs.push((format!("k{l}"), matrix(n, n_kv * hd, values(n * n_kv * hd, seed + 2, 2.0))));
+        inputs.push((format!("v{l}"), matrix(n, n_kv * hd, values(n * n_kv * hd, seed + 3, 4.0))));
+        inputs.push((format!("kc{l}"), matrix(n_ctx, n_kv * hd, vec![f32::NAN; n_ctx * n_kv * hd])));
+        inputs.push((format!("vc{l}"), matrix(n_ctx, n_kv * hd, vec![f32::NAN; n_ctx * n_kv * hd])));
+    }
+    let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(name, t)| (name.as_str(), t.clone())).collect();
+    let positions: Vec<u32> = (0..12).map(|i| 4 * i).collect();
+    let runs: Vec<Vec<ParamValue>> = positions.iter().map(|&p| vec![ParamValue::U32(p)]).collect();
+    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
+        let pos = b.param_u32("pos")?;
+        let mut outs = Vec::new();
+        for (l, &(n_head, _, hd)) in layers.iter().enumerate() {
+            let [q, k, v, kc, vc] = [0, 1, 2, 3, 4].map(|i| ids[5 * l + i]);
+            b.kv_write(kc, k, pos)?;
+            b.kv_write(vc, v, pos)?;
+            let out = b.alloc(&name(&format!("out{l}")), DType::F32, &[n, n_head * hd])?;
+            b.attention(Attention { out, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, pos })?;
+            outs.extend([out, kc, vc]);
+        }
+        Ok(outs)
+    });
+    for (run, (gpu, reference)) in results.iter().enumerate() {
+        for (l, &(n_head, n_kv, head_dim)) in layers.iter().enumerate() {
+            // KV_WRITE is exact, so both engines attend over the same caches: the
+            // reference's, which the bound reads.
+            assert_eq!(gpu[3 * l + 1], reference[3 * l + 1], "run {run}, layer {l}: key caches differ");
+            assert_eq!(gpu[3 * l + 2], reference[3 * l + 2], "run {run}, layer {l}: value caches differ");
+            let c = Case {
+                n,
+                n_head,
+                n_kv,
+                head_dim,
+                n_ctx,
+                pos_param: true,
+                positions: vec![positions[run]],
+                q: f32s(inputs[5 * l].1.bytes()),
+                k: f32s(&reference[3 * l + 1]),
+                v: f32s(&reference[3 * l + 2]),
+            };
+            compare(&c, positions[run], &f32s(&gpu[3 * l]), &f32s(&reference[3 * l]))
+                .unwrap_or_else(|e| panic!("run {run}, layer {l}: {e}"));
+        }
+    }
 }
