@@ -1,7 +1,8 @@
-//! ATTENTION: GPU engine vs reference engine over random shapes: head dims 32 ..= 128 and
-//! odd ones below, 1 to 3 kv heads with 1 to 4 query heads each, decode (one row, contexts
-//! up to 4200, the kernel's split-K path) and prefill (up to 24 rows, its direct path when
-//! the cache is short), each compiled program run at up to three run-time positions. Cache
+//! ATTENTION: GPU engine vs reference engine over random shapes: head dims 32 ..= 128 half
+//! the time and 1 ..= 31 otherwise (odd ones included), 1 to 3 kv heads with 1 to 4 query
+//! heads each, decode (one row, contexts up to 4200, the kernel's split-K path) and prefill
+//! (up to 24 rows, its direct path when the cache is short), each compiled program run at
+//! up to three run-time positions. Cache
 //! rows past the last position any run may read hold NaN, so reading one fails the test.
 //! One test records KV_WRITE and ATTENTION of two layers in one program, as a model does.
 //!

@@ -4,8 +4,11 @@
 //
 // `partial`: one workgroup per (query row r, head h, split s). Row r attends to positions
 // 0 ..= p, p = pos + r; split s takes the s-th of `splits` equal chunks of them. Per tile of
-// WG positions: thread j computes the score of position t0 + j (a dot product over the head,
-// reading its key row), every thread reads the tile's scores to find the running maximum,
+// WG positions: the workgroup stages the tile's keys in workgroup memory, KB dimensions at a
+// time (consecutive threads load consecutive floats of a key row, so the loads coalesce),
+// and thread j accumulates the score of position t0 + j from there (rows padded to KB + 1
+// floats so that the threads' reads fall in different banks); every thread then reads the
+// tile's scores to find the running maximum,
 // thread j turns its score into an unnormalized weight, and thread d accumulates
 // Σ_j w_j · v_j[d] for its dimensions, rescaling what it had by e^(m_old − m_new). No
 // cross-lane reduction is needed: the tile's max and weight sum are read from workgroup
@@ -57,12 +60,16 @@ struct Params {
 
 // Threads per workgroup, and positions per tile.
 override WG: u32 = 64u;
+// Key dimensions staged per step.
+const KB: u32 = 32u;
 // 1 when splits == 1: `partial` writes the normalized output itself.
 override DIRECT: u32 = 0u;
 
 // The score of positions past a chunk's end; also the `m` of an empty split.
 const LOWEST: f32 = -3.40282347e38;
 
+// WG key rows of KB dimensions, padded to KB + 1.
+var<workgroup> keys: array<f32, WG * (KB + 1u)>;
 var<workgroup> scores: array<f32, WG>;
 var<workgroup> weights: array<f32, WG>;
 
@@ -100,15 +107,25 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     var l_run = 0.0;
     for (var t0 = start; t0 < end; t0 += WG) {
         let t = t0 + lid.x;
-        var score = LOWEST;
-        if (t < end) {
-            let k_off = t * p.kv_width + kv_off;
-            var dot = 0.0;
-            for (var i = 0u; i < p.head_dim; i++) {
-                dot += q[q_off + i] * k[k_off + i];
+        var dot = 0.0;
+        for (var d0 = 0u; d0 < p.head_dim; d0 += KB) {
+            let width = min(KB, p.head_dim - d0);
+            for (var e = lid.x; e < WG * KB; e += WG) {
+                let row = e / KB;
+                let col = e % KB;
+                var key = 0.0;
+                if (t0 + row < end && col < width) {
+                    key = k[(t0 + row) * p.kv_width + kv_off + d0 + col];
+                }
+                keys[row * (KB + 1u) + col] = key;
             }
-            score = dot * p.scale;
+            workgroupBarrier();
+            for (var c = 0u; c < width; c++) {
+                dot += q[q_off + d0 + c] * keys[lid.x * (KB + 1u) + c];
+            }
+            workgroupBarrier();
         }
+        let score = select(LOWEST, dot * p.scale, t < end);
         scores[lid.x] = score;
         workgroupBarrier();
         let count = min(WG, end - t0);
