@@ -8,9 +8,9 @@
 // time (consecutive threads load consecutive floats of a key row, so the loads coalesce),
 // and thread j accumulates the score of position t0 + j from there (rows padded to KB + 1
 // floats so that the threads' reads fall in different banks); every thread then reads the
-// tile's scores to find the running maximum,
-// thread j turns its score into an unnormalized weight, and thread d accumulates
-// Σ_j w_j · v_j[d] for its dimensions, rescaling what it had by e^(m_old − m_new). No
+// tile's scores to find the running maximum, thread j turns its score into an unnormalized
+// weight, and thread d accumulates Σ_j w_j · v_j[d] for its dimensions (consecutive threads,
+// consecutive floats of a value row), rescaling what it had by e^(m_old − m_new). No
 // cross-lane reduction is needed: the tile's max and weight sum are read from workgroup
 // memory by every thread (a broadcast), so the kernel is the same with or without subgroups.
 // Each thread owns its output dimensions, so the accumulator lives in the destination
