@@ -26,6 +26,7 @@ pub(crate) struct Params {
     pub n_ctx: u32,
     /// The position of `src`'s row 0.
     pub pos: ArgSlot,
+    /// Padding to the WGSL struct's size (a multiple of 16 bytes).
     pub _pad: [u32; 2],
 }
 

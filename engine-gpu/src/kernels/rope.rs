@@ -34,6 +34,7 @@ pub(crate) struct Params {
     pub pos: ArgSlot,
     /// The frequency base (f32 bits).
     pub base: ArgSlot,
+    /// Padding to the WGSL struct's size (a multiple of 16 bytes).
     pub _pad: [u32; 3],
 }
 
