@@ -2,7 +2,7 @@
 //!
 //! One subcommand per file: `inspect` prints what a GGUF file holds, `run` generates text,
 //! `logits` writes the logits of a token sequence as `.npy`, `tokenize` prints token ids,
-//! `synth` writes a synthetic model.
+//! `synth` writes a synthetic model, `bench` measures prefill and decode speed.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
 //! errors already name the file, key or tensor concerned.
 
@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod engine_choice;
 mod inspect;
 mod logits;
@@ -43,6 +44,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Write a synthetic BitNet b1.58 model (random ternary weights) of a real shape.
     Synth(synth::SynthArgs),
+    /// Measure prefill and decode tokens/s of a model on an engine.
+    Bench(bench::BenchArgs),
 }
 
 /// An error of any subcommand, printed as `error: <message>`.
@@ -57,6 +60,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Logits(args) => logits::run(&args)?,
         Command::Tokenize(args) => tokenize::run(&args, &mut out)?,
         Command::Synth(args) => synth::run(&args, &mut out)?,
+        Command::Bench(args) => bench::run(&args, &mut out)?,
     }
     out.flush()?;
     Ok(())

@@ -322,6 +322,12 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// A uniform integer in `0..n` (`n > 0`), by the multiply-shift method (bias below
+    /// `n / 2^64`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
     /// A uniform f64 in [0, 1) with 53 random bits.
     pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64

@@ -149,9 +149,58 @@ fn the_synthetic_model_runs_from_ids_and_from_text() {
 }
 
 #[test]
+fn bench_prints_every_figure_as_json_and_a_table_as_text() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = synth(dir.path(), "m.gguf", "i2_s", 1);
+    let m = s(&model);
+    let o = ok(&["bench", m, "-p", "8", "-n", "4", "--repetitions", "2", "--engine", "ref", "--output", "json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(j["engine"], "ref");
+    assert_eq!(j["model"], m);
+    assert_eq!((j["n_prompt"].as_u64(), j["n_gen"].as_u64(), j["repetitions"].as_u64()), (Some(8), Some(4), Some(2)));
+    assert_eq!(j["n_ctx"], 12);
+    assert_eq!(j["shape"]["n_vocab"], VOCAB);
+    assert_eq!(j["shape"]["n_layer"], LAYERS as u64);
+    assert_eq!(j["shape"]["linear_type"], "I2_S");
+    for (phase, tokens) in [("prefill", 8), ("decode", 4)] {
+        let p = &j[phase];
+        assert_eq!(p["tokens"], tokens, "{phase}");
+        for key in ["tokens_per_s_median", "tokens_per_s_min", "tokens_per_s_max", "ms_per_token_median"] {
+            assert!(p[key].as_f64().is_some_and(|v| v.is_finite() && v > 0.0), "{phase}.{key}: {}", p[key]);
+        }
+        let seconds = p["seconds"].as_array().expect("raw seconds");
+        let rates = p["tokens_per_s"].as_array().expect("raw tokens/s");
+        assert_eq!((seconds.len(), rates.len()), (2, 2), "{phase}");
+        let (min, max) = (p["tokens_per_s_min"].as_f64().expect("min"), p["tokens_per_s_max"].as_f64().expect("max"));
+        let median = p["tokens_per_s_median"].as_f64().expect("median");
+        assert!(min <= median && median <= max, "{phase}: {min} {median} {max}");
+    }
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("warm-up") && stderr.contains("repetition 2/2"), "{stderr}");
+
+    // Only a decode phase: prefill is null.
+    let o = ok(&["bench", m, "-p", "0", "-n", "2", "-r", "1", "--engine", "ref", "--output", "json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert!(j["prefill"].is_null() && j["decode"]["tokens"] == 2);
+
+    let o = ok(&["bench", m, "-p", "4", "-n", "2", "-r", "1", "--engine", "ref"]);
+    let text = String::from_utf8(o.stdout).expect("utf-8");
+    assert!(text.contains("engine:  ref") && text.contains("linear I2_S"), "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("prefill") || l.starts_with("decode")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+}
+
+#[test]
 fn bad_flags_and_outputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let cases: [(Vec<&str>, &str); 1] = [(vec!["synth", "--shape", "huge", "--out", "x.gguf"], "huge")];
+    let model = synth(dir.path(), "m.gguf", "i2_s", 1);
+    let m = s(&model);
+    let cases: [(Vec<&str>, &str); 4] = [
+        (vec!["bench", m, "-p", "2", "-n", "1", "--repetitions", "0"], "--repetitions 0: must be at least 1"),
+        (vec!["bench", m, "-p", "8", "-n", "4", "-c", "10"], "-c 10: the context must hold -p 8 plus -n 4 = 12"),
+        (vec!["bench", m, "-p", "0", "-n", "0"], "-n 0: with -p 0 there is nothing to measure"),
+        (vec!["synth", "--shape", "huge", "--out", "x.gguf"], "huge"),
+    ];
     for (args, message) in cases {
         let o = purebee(&args);
         let stderr = String::from_utf8_lossy(&o.stderr);
@@ -165,4 +214,6 @@ fn bad_flags_and_outputs_are_clear_errors() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && stderr.contains(&format!("--out {}", out.display())), "{stderr}");
     assert!(!dir.path().join("missing").exists());
+    let o = purebee(&["bench", "/nonexistent.gguf", "--engine", "ref"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("/nonexistent.gguf"));
 }
