@@ -532,6 +532,15 @@ impl fmt::Display for Bytes {
 /// Runs `synth`: builds the model and writes it, with a summary on `out`.
 pub fn run(args: &SynthArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let shape = args.shape.shape();
+    // Fail before building (seconds for the 2B shape) when the output cannot be written.
+    let dir = match args.out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        let reason = format!("the directory {} does not exist", dir.display());
+        return Err(SynthError::Write { path: args.out.clone(), reason }.into());
+    }
     let start = Instant::now();
     let w = build(shape, args.weights, args.seed)?;
     let file_len = write_atomically(&w, &args.out)?;

@@ -212,8 +212,20 @@ fn bad_flags_and_outputs_are_clear_errors() {
     let out = dir.path().join("missing").join("m.gguf");
     let o = purebee(&["synth", "--shape", "tiny", "--out", s(&out)]);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && stderr.contains(&format!("--out {}", out.display())), "{stderr}");
+    let message =
+        format!("--out {}: the directory {} does not exist", out.display(), dir.path().join("missing").display());
+    assert!(!o.status.success() && stderr.contains(&message), "{stderr}");
     assert!(!dir.path().join("missing").exists());
+    // An output that cannot replace what is there (a directory): the rename fails after the
+    // temporary file was written, and the temporary file is removed.
+    let sub = dir.path().join("sub");
+    let taken = sub.join("taken.gguf");
+    std::fs::create_dir_all(&taken).expect("mkdir");
+    let o = purebee(&["synth", "--shape", "tiny", "--out", s(&taken)]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && stderr.contains(&format!("--out {}: ", taken.display())), "{stderr}");
+    let names: Vec<_> = std::fs::read_dir(&sub).expect("list").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("taken.gguf")]);
     let o = purebee(&["bench", "/nonexistent.gguf", "--engine", "ref"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("/nonexistent.gguf"));
 }
