@@ -215,7 +215,7 @@ fn argmax_case() -> impl Strategy<Value = (usize, usize, Vec<f32>, bool)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn rms_norm_matches_the_reference((rows, cols, x, w, eps, in_place, portable) in rms_norm_case()) {
