@@ -36,11 +36,32 @@ pub fn gpu_tests_skipped() -> bool {
 /// instructions when no adapter exists.
 pub fn pair() -> MutexGuard<'static, Pair> {
     static PAIR: OnceLock<Mutex<Pair>> = OnceLock::new();
-    let m = PAIR.get_or_init(|| {
-        let gpu = GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
+    lock(&PAIR, GpuOptions::default())
+}
+
+/// A second process-wide pair whose GPU engine has subgroups switched off, so that tests can
+/// check the portable kernels on an adapter that has subgroups (lavapipe does).
+pub fn portable_pair() -> MutexGuard<'static, Pair> {
+    static PAIR: OnceLock<Mutex<Pair>> = OnceLock::new();
+    lock(&PAIR, GpuOptions { use_subgroups: false, ..GpuOptions::default() })
+}
+
+/// [`pair`] when `portable` is false, [`portable_pair`] when it is true.
+pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
+    if portable {
+        portable_pair()
+    } else {
+        pair()
+    }
+}
+
+fn lock(cell: &'static OnceLock<Mutex<Pair>>, options: GpuOptions) -> MutexGuard<'static, Pair> {
+    let m = cell.get_or_init(|| {
+        let gpu = GpuEngine::new(&options).unwrap_or_else(|e| {
             panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
         });
-        eprintln!("GPU tests on {}", gpu.context().describe());
+        let subgroups = if gpu.context().capabilities().subgroups { "subgroup" } else { "portable" };
+        eprintln!("GPU tests on {} ({subgroups} kernels)", gpu.context().describe());
         Mutex::new(Pair { gpu, reference: RefEngine::new(), case: 0 })
     });
     // A failed case poisons the lock; the engines are still usable for the next case.

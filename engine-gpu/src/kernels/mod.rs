@@ -5,8 +5,13 @@
 //! buffers in binding order, and the workgroup counts. Binding 0 is always the uniform;
 //! bindings 1.. are the storage buffers, in the order listed.
 
+pub(crate) mod argmax;
 pub(crate) mod elementwise;
+pub(crate) mod embed;
 pub(crate) mod layout;
+pub(crate) mod rms_norm;
+pub(crate) mod row_reduce;
+pub(crate) mod softmax;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -20,6 +25,20 @@ use crate::GpuError;
 pub(crate) enum Shader {
     /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
     Elementwise,
+    /// `rms_norm.wgsl` after `row_reduce.wgsl`: RMS_NORM, portable reductions.
+    RmsNorm,
+    /// `rms_norm.wgsl` after `row_reduce_subgroup.wgsl`: RMS_NORM, subgroup reductions.
+    RmsNormSubgroup,
+    /// `softmax.wgsl` after `row_reduce.wgsl`: SOFTMAX, portable reductions.
+    Softmax,
+    /// `softmax.wgsl` after `row_reduce_subgroup.wgsl`: SOFTMAX, subgroup reductions.
+    SoftmaxSubgroup,
+    /// `argmax.wgsl` after `row_reduce.wgsl`: ARGMAX, portable reductions.
+    Argmax,
+    /// `argmax.wgsl` after `row_reduce_subgroup.wgsl`: ARGMAX, subgroup reductions.
+    ArgmaxSubgroup,
+    /// `embed.wgsl`: EMBED.
+    Embed,
 }
 
 impl Shader {
@@ -27,6 +46,13 @@ impl Shader {
     pub fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
+            Shader::RmsNorm => "rms_norm.wgsl",
+            Shader::RmsNormSubgroup => "rms_norm.wgsl (subgroups)",
+            Shader::Softmax => "softmax.wgsl",
+            Shader::SoftmaxSubgroup => "softmax.wgsl (subgroups)",
+            Shader::Argmax => "argmax.wgsl",
+            Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
+            Shader::Embed => "embed.wgsl",
         }
     }
 
@@ -34,6 +60,13 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::RmsNorm => concat!(include_str!("row_reduce.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::RmsNormSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::Softmax => concat!(include_str!("row_reduce.wgsl"), include_str!("softmax.wgsl")),
+            Shader::SoftmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
+            Shader::Argmax => concat!(include_str!("row_reduce.wgsl"), include_str!("argmax.wgsl")),
+            Shader::ArgmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
+            Shader::Embed => include_str!("embed.wgsl"),
         }
     }
 }
@@ -117,6 +150,10 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Silu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Silu, u),
         Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
+        Instruction::RmsNorm(n) => rms_norm::record(ctx, n),
+        Instruction::Softmax(s) => softmax::record(ctx, s),
+        Instruction::Argmax(a) => argmax::record(ctx, a),
+        Instruction::Embed(e) => embed::record(ctx, e),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
     }
