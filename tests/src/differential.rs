@@ -71,6 +71,11 @@ fn lock(cell: &'static OnceLock<Mutex<Pair>>, options: GpuOptions) -> MutexGuard
 /// What one engine produced: the bytes of each output, in order.
 pub type Outputs = Vec<Vec<u8>>;
 
+/// Builds a case's program: given the builder, a function that makes a tensor name unique to
+/// the case, and the input handles, it records instructions and returns the handles to read.
+pub type Build<'a> =
+    dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError> + 'a;
+
 impl Pair {
     /// Inserts `inputs` into both engines, builds the program with `build` (given the input
     /// handles, it returns the handles to read; `b.alloc` names are prefixed automatically
@@ -95,7 +100,7 @@ fn run_on(
     prefix: &str,
     inputs: &[(&str, HostTensor)],
     params: &[ParamValue],
-    build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
+    build: &Build,
 ) -> Outputs {
     let name = |n: &str| format!("{prefix}.{n}");
     let ids: Vec<TensorId> =
