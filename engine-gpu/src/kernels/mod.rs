@@ -45,6 +45,25 @@ pub(crate) enum Storage {
     Tensor(TensorId, usize),
     /// The program's run-time parameter values, one u32 word each (f32 as bits).
     RunParams,
+    /// A GPU-only buffer that is no ISA tensor, of at least this many bytes (see
+    /// [`ScratchKey`]).
+    Scratch(ScratchKey, u64),
+}
+
+/// A GPU-only working buffer that is not an ISA tensor (BITLINEAR's int8 activations).
+///
+/// The compiler creates one buffer per key per compiled program, once, sized to the largest
+/// request of that key among the program's dispatches; every dispatch naming the key binds
+/// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
+/// reads what the dispatch just before it (of the same instruction) wrote, so sharing one
+/// buffer between instructions is safe. Nothing is allocated when the program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScratchKey {
+    /// BITLINEAR's int8 activations, four per u32 word (element `4w + b` in byte `b` of
+    /// word `w`), row-major: row `r` starts at word `r·k/4`.
+    BitlinearActivations,
+    /// BITLINEAR's per-row activation scales `s = 127 / max(max|x|, 1e-5)`, f32 `[n]`.
+    BitlinearScales,
 }
 
 /// One dispatch of one pipeline.
