@@ -7,6 +7,7 @@
 
 pub(crate) mod elementwise;
 pub(crate) mod layout;
+pub(crate) mod linear;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -20,6 +21,10 @@ use crate::GpuError;
 pub(crate) enum Shader {
     /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
     Elementwise,
+    /// `linear.wgsl` after `reduce_portable.wgsl`: LINEAR, portable reductions.
+    Linear,
+    /// `linear.wgsl` after `reduce_subgroup.wgsl`: LINEAR, subgroup reductions.
+    LinearSubgroup,
 }
 
 impl Shader {
@@ -27,6 +32,8 @@ impl Shader {
     pub fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
+            Shader::Linear => "linear.wgsl",
+            Shader::LinearSubgroup => "linear.wgsl (subgroups)",
         }
     }
 
@@ -34,6 +41,8 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::Linear => concat!(include_str!("reduce_portable.wgsl"), include_str!("linear.wgsl")),
+            Shader::LinearSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("linear.wgsl")),
         }
     }
 }
@@ -136,6 +145,7 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Silu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Silu, u),
         Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
+        Instruction::Linear(l) => linear::record(ctx, l),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
     }
