@@ -5,6 +5,7 @@
 //! buffers in binding order, and the workgroup counts. Binding 0 is always the uniform;
 //! bindings 1.. are the storage buffers, in the order listed.
 
+pub(crate) mod bitlinear;
 pub(crate) mod elementwise;
 pub(crate) mod layout;
 pub(crate) mod linear;
@@ -25,6 +26,10 @@ pub(crate) enum Shader {
     Linear,
     /// `linear.wgsl` after `reduce_subgroup.wgsl`: LINEAR, subgroup reductions.
     LinearSubgroup,
+    /// `bitlinear.wgsl` after `reduce_portable.wgsl`: BITLINEAR, portable reductions.
+    Bitlinear,
+    /// `bitlinear.wgsl` after `reduce_subgroup.wgsl`: BITLINEAR, subgroup reductions.
+    BitlinearSubgroup,
 }
 
 impl Shader {
@@ -34,6 +39,8 @@ impl Shader {
             Shader::Elementwise => "elementwise.wgsl",
             Shader::Linear => "linear.wgsl",
             Shader::LinearSubgroup => "linear.wgsl (subgroups)",
+            Shader::Bitlinear => "bitlinear.wgsl",
+            Shader::BitlinearSubgroup => "bitlinear.wgsl (subgroups)",
         }
     }
 
@@ -43,6 +50,10 @@ impl Shader {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
             Shader::Linear => concat!(include_str!("reduce_portable.wgsl"), include_str!("linear.wgsl")),
             Shader::LinearSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("linear.wgsl")),
+            Shader::Bitlinear => concat!(include_str!("reduce_portable.wgsl"), include_str!("bitlinear.wgsl")),
+            Shader::BitlinearSubgroup => {
+                concat!(include_str!("reduce_subgroup.wgsl"), include_str!("bitlinear.wgsl"))
+            }
         }
     }
 }
@@ -146,6 +157,7 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
         Instruction::Linear(l) => linear::record(ctx, l),
+        Instruction::BitLinear(b) => bitlinear::record(ctx, b),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
     }
