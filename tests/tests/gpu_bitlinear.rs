@@ -413,6 +413,36 @@ fn non_finite_activations_quantize_as_the_reference() {
     }
 }
 
+#[test]
+fn rows_of_zero_length_give_zero() {
+    // k = 0 (no blocks): q is empty, s = 127 / 1e-5, every output 0. GPU only: the
+    // reference engine derives the token count from x's length and fails on k = 0.
+    if gpu_tests_skipped() {
+        return;
+    }
+    use purebee_isa::{Engine, ProgramBuilder};
+    let mut p = pair();
+    for dtype in FORMATS {
+        for n in [1, 3] {
+            let gpu = &mut p.gpu;
+            let tag = format!("k0_{dtype}_{n}");
+            let w = weight_bytes(dtype, 4, 0, &mut Rng(1), Data::Random);
+            let empty = HostTensor::zeros("x", DType::F32, Shape::matrix(n, 0).expect("shape")).expect("empty");
+            let x = gpu.memory_mut().insert(&format!("{tag}.x"), empty).expect("unique");
+            let w = HostTensor::from_bytes("w", dtype, Shape::matrix(4, 0).expect("shape"), &w).expect("sizes");
+            let wt = gpu.memory_mut().insert(&format!("{tag}.w"), w).expect("unique");
+            let mut b = ProgramBuilder::new(&tag, gpu.memory_mut());
+            let out = b.alloc(&format!("{tag}.out"), DType::F32, &[n, 4]).expect("declares");
+            b.grid_write(out, vec![0xffu8; n * 4 * 4].into()).expect("writes");
+            b.bitlinear(out, x, wt, None).expect("valid");
+            let program = b.finish();
+            gpu.execute(&program, &[]).expect("runs");
+            let got = f32s(&gpu.read(out).expect("reads"));
+            assert!(got.iter().all(|&v| v == 0.0), "{dtype} n={n}: {got:?}");
+        }
+    }
+}
+
 /// The file-layout bytes `a` and `b` of a ternary weight decode to the same values.
 fn same_values(dtype: DType, m: usize, k: usize, a: &[u8], b: &[u8]) -> bool {
     let (Ok(qa), Ok(qb)) = (QuantMatrix::new(dtype, a, m, k), QuantMatrix::new(dtype, b, m, k)) else { return false };

@@ -55,7 +55,8 @@ fn too_large(what: &str) -> GpuError {
 pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, GpuError> {
     let w = ctx.desc(b.weight)?;
     let (m, k) = (w.shape.rows(), w.shape.cols());
-    let n = ctx.desc(b.x)?.shape.numel().checked_div(k).unwrap_or(0);
+    // Tokens from the output [n, m] (x is [n, k], and k may be 0).
+    let n = ctx.desc(b.out)?.shape.numel().checked_div(m).unwrap_or(0);
     if m == 0 || n == 0 {
         return Ok(vec![]);
     }
