@@ -13,6 +13,10 @@
 //!
 //! Weight layouts are those of `layout.rs`: the file's bytes for every dtype but the ternary
 //! ones, whose codes and scales are two parts (bindings 2 and 3).
+//!
+//! F16 values (weights and block scales) are widened with `unpack2x16float`. A device that
+//! flushed f16 subnormals there would read weights below 2⁻¹⁴ as 0; lavapipe keeps them (the
+//! tests draw about one F16 weight in eight subnormal).
 
 use purebee_isa::ops::Linear;
 use purebee_memory::DType;
