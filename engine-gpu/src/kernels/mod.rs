@@ -6,12 +6,14 @@
 //! bindings 1.. are the storage buffers, in the order listed.
 
 pub(crate) mod argmax;
+pub(crate) mod bitlinear;
 pub(crate) mod elementwise;
 pub(crate) mod embed;
 pub(crate) mod layout;
 pub(crate) mod rms_norm;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
+pub(crate) mod linear;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -39,6 +41,14 @@ pub(crate) enum Shader {
     ArgmaxSubgroup,
     /// `embed.wgsl`: EMBED.
     Embed,
+    /// `linear.wgsl` after `reduce_portable.wgsl`: LINEAR, portable reductions.
+    Linear,
+    /// `linear.wgsl` after `reduce_subgroup.wgsl`: LINEAR, subgroup reductions.
+    LinearSubgroup,
+    /// `bitlinear.wgsl` after `reduce_portable.wgsl`: BITLINEAR, portable reductions.
+    Bitlinear,
+    /// `bitlinear.wgsl` after `reduce_subgroup.wgsl`: BITLINEAR, subgroup reductions.
+    BitlinearSubgroup,
 }
 
 impl Shader {
@@ -53,6 +63,10 @@ impl Shader {
             Shader::Argmax => "argmax.wgsl",
             Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
             Shader::Embed => "embed.wgsl",
+            Shader::Linear => "linear.wgsl",
+            Shader::LinearSubgroup => "linear.wgsl (subgroups)",
+            Shader::Bitlinear => "bitlinear.wgsl",
+            Shader::BitlinearSubgroup => "bitlinear.wgsl (subgroups)",
         }
     }
 
@@ -67,6 +81,12 @@ impl Shader {
             Shader::Argmax => concat!(include_str!("row_reduce.wgsl"), include_str!("argmax.wgsl")),
             Shader::ArgmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
             Shader::Embed => include_str!("embed.wgsl"),
+            Shader::Linear => concat!(include_str!("reduce_portable.wgsl"), include_str!("linear.wgsl")),
+            Shader::LinearSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("linear.wgsl")),
+            Shader::Bitlinear => concat!(include_str!("reduce_portable.wgsl"), include_str!("bitlinear.wgsl")),
+            Shader::BitlinearSubgroup => {
+                concat!(include_str!("reduce_subgroup.wgsl"), include_str!("bitlinear.wgsl"))
+            }
         }
     }
 }
@@ -78,6 +98,25 @@ pub(crate) enum Storage {
     Tensor(TensorId, usize),
     /// The program's run-time parameter values, one u32 word each (f32 as bits).
     RunParams,
+    /// A GPU-only buffer that is no ISA tensor, of at least this many bytes (see
+    /// [`ScratchKey`]).
+    Scratch(ScratchKey, u64),
+}
+
+/// A GPU-only working buffer that is not an ISA tensor (BITLINEAR's int8 activations).
+///
+/// The compiler creates one buffer per key per compiled program, once, sized to the largest
+/// request of that key among the program's dispatches; every dispatch naming the key binds
+/// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
+/// reads what the dispatch just before it (of the same instruction) wrote, so sharing one
+/// buffer between instructions is safe. Nothing is allocated when the program runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScratchKey {
+    /// BITLINEAR's int8 activations, four per u32 word (element `4w + b` in byte `b` of
+    /// word `w`), row-major: row `r` starts at word `r·k/4`.
+    BitlinearActivations,
+    /// BITLINEAR's per-row activation scales `s = 127 / max(max|x|, 1e-5)`, f32 `[n]`.
+    BitlinearScales,
 }
 
 /// One dispatch of one pipeline.
@@ -154,6 +193,8 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::Softmax(s) => softmax::record(ctx, s),
         Instruction::Argmax(a) => argmax::record(ctx, a),
         Instruction::Embed(e) => embed::record(ctx, e),
+        Instruction::Linear(l) => linear::record(ctx, l),
+        Instruction::BitLinear(b) => bitlinear::record(ctx, b),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
         other => unsupported(other.name()),
     }
