@@ -13,8 +13,8 @@
 //!
 //! Bytes per call, for `n` ids of a `[vocab, d]` table: reads `4·n` (ids; each is re-read by
 //! the `d` invocations of its row, from cache) plus `n·row_bytes(d)` of table rows (F32 `4d`,
-//! F16/BF16 `2d`, Q4_0 `18d/32`, Q4_1 `20d/32`, Q8_0 `34d/32`, TQ1_0 `54d/256`, TQ2_0
-//! `66d/256`, I2_S `d/4` + the 4-byte scale); writes `4·n·d`.
+//! F16/BF16 `2d`, Q4_0 `18d/32`, Q4_1 `20d/32`, Q8_0 `34d/32`, ternary (repacked) `d/4` + 4
+//! bytes per 256 (TQ) or once (I2_S) of scales); writes `4·n·d`.
 
 use purebee_isa::ops::Embed;
 use purebee_memory::DType;
@@ -36,7 +36,7 @@ pub(crate) struct Params {
     pub vocab: u32,
     pub row_bytes: u32,
     /// I2_S: the word index of the scale (0 otherwise).
-    pub scale_word: u32,
+    pub scale_block: u32,
     pub _pad: [u32; 3],
 }
 
@@ -50,9 +50,7 @@ pub(crate) fn dtype_code(dtype: DType) -> Option<u32> {
         DType::Q4_0 => 3,
         DType::Q4_1 => 4,
         DType::Q8_0 => 5,
-        DType::TQ1_0 => 6,
-        DType::TQ2_0 => 7,
-        DType::I2_S => 8,
+        DType::TQ1_0 | DType::TQ2_0 | DType::I2_S => 6,
         DType::I8 | DType::I16 | DType::I32 | DType::U32 => return None,
     })
 }
@@ -79,15 +77,23 @@ pub(crate) fn record(ctx: &RecordCtx, e: &Embed) -> Result<Vec<KernelCall>, GpuE
         cols: u32_of(cols, "a row")?,
         vocab: u32_of(vocab, "a vocabulary")?,
         row_bytes: u32_of(row_bytes, "a row of bytes")?,
-        // The trailer starts after `vocab · row_bytes` bytes, a multiple of 32 for I2_S.
-        scale_word: if table.dtype == DType::I2_S { u32_of(vocab * row_bytes / 4, "a table")? } else { 0 },
+        scale_block: match table.dtype {
+            DType::TQ1_0 | DType::TQ2_0 => 256,
+            _ => 0,
+        },
         _pad: [0; 3],
     };
     let t = |id| Storage::Tensor(id, 0);
     Ok(vec![KernelCall {
         key: PipelineKey { shader: Shader::Embed, entry: "embed", constants: vec![("WG", WG), ("DTYPE", code)] },
         params: bytemuck::bytes_of(&params).to_vec(),
-        storage: vec![(1, t(e.table)), (2, t(e.ids)), (3, t(e.out))],
+        // Ternary tables have their scales in part 1; other dtypes bind the table again there.
+        storage: vec![
+            (1, t(e.table)),
+            (2, t(e.ids)),
+            (3, t(e.out)),
+            (4, Storage::Tensor(e.table, if table.dtype.is_ternary() { 1 } else { 0 })),
+        ],
         workgroups: ctx.grid_1d(total, WG),
     }])
 }
@@ -98,7 +104,7 @@ mod tests {
 
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params { total, cols, vocab, row_bytes, scale_word, _pad0, _pad1, _pad2 }`
+        // `struct Params { total, cols, vocab, row_bytes, scale_block, _pad0, _pad1, _pad2 }`
         // (eight u32): 32 bytes.
         assert_eq!(std::mem::size_of::<Params>(), 32);
     }

@@ -1,9 +1,9 @@
 // EMBED: out[r, j] = decode(table[ids[r]], j), one invocation per output element.
 //
-// The table is bound as the raw bytes of its file layout (`array<u32>`, see `layout.rs`), and
+// The table is bound in its GPU layout (`array<u32>`, see `layout.rs`: the file's bytes for
+// float and Q4/Q8 types, the repacked 2-bit codes plus f32 scales for ternary types), and
 // each element is decoded exactly as `memory/src/quant/*` decodes it: the integer code
-// converted to f32 times the scale widened from f16 (I2_S: the f32 tensor scale), plus Q4_1's
-// minimum. Those products are exact in f32, so the result is bit for bit the reference's. F32
+// converted to f32 times the scale (an f16 widened, or an f32), plus Q4_1's minimum. Those products are exact in f32, so the result is bit for bit the reference's. F32
 // and BF16 rows are copied as bits (no float operation, so no flush of subnormals). The output
 // is written as bits too.
 //
@@ -22,8 +22,8 @@ struct Params {
     vocab: u32,
     // Bytes of one table row.
     row_bytes: u32,
-    // I2_S: the word index of the f32 scale (the first word of the trailer).
-    scale_word: u32,
+    // Ternary tables: elements per scale (256 for TQ1_0 / TQ2_0), or 0 for I2_S's one scale.
+    scale_block: u32,
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
@@ -33,9 +33,11 @@ struct Params {
 @group(0) @binding(1) var<storage, read> table: array<u32>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<u32>;
+// Ternary tables: their scales (part 1 of the layout); other dtypes bind the table again.
+@group(0) @binding(4) var<storage, read> scales: array<f32>;
 
 override WG: u32 = 256u;
-// 0 F32, 1 F16, 2 BF16, 3 Q4_0, 4 Q4_1, 5 Q8_0, 6 TQ1_0, 7 TQ2_0, 8 I2_S (`embed.rs`).
+// 0 F32, 1 F16, 2 BF16, 3 Q4_0, 4 Q4_1, 5 Q8_0, 6 ternary (TQ1_0, TQ2_0, I2_S) (`embed.rs`).
 override DTYPE: u32 = 0u;
 
 // Byte `b` of the table.
@@ -88,40 +90,16 @@ fn decode(row: u32, j: u32) -> u32 {
             let q = i32(byte_at(b + 2u + j % 32u) << 24u) >> 24u;
             return bitcast<u32>(f32(q) * half_at(b));
         }
-        case 6u: { // TQ1_0: 54-byte blocks [qs 48][qh 4][d f16], base-3 digits
-            let b = rb + (j / 256u) * 54u;
-            let e = j % 256u;
-            var at = 0u;
-            var n = 0u;
-            if (e < 160u) {
-                at = e % 32u;
-                n = e / 32u;
-            } else if (e < 240u) {
-                at = 32u + (e - 160u) % 16u;
-                n = (e - 160u) / 16u;
-            } else {
-                at = 48u + (e - 240u) % 4u;
-                n = (e - 240u) / 4u;
+        case 6u: { // TQ1_0, TQ2_0, I2_S, repacked at upload (`layout.rs`): 16 2-bit codes per
+                   // word, element e % 16 = 4j + b at bits 8b + 2j; f32 scales in part 1
+            let e = row * p.cols + j;
+            let shift = 8u * ((e % 16u) % 4u) + 2u * ((e % 16u) / 4u);
+            let q = (table[e / 16u] >> shift) & 3u;
+            var d = scales[0];
+            if (p.scale_block != 0u) {
+                d = scales[(row * p.cols + j) / p.scale_block];
             }
-            var pow3 = 1u;
-            for (var k = 0u; k < n; k = k + 1u) {
-                pow3 = pow3 * 3u;
-            }
-            // Digit n: ((q · 3^n) mod 256) · 3 >> 8.
-            let digit = (((byte_at(b + at) * pow3) & 0xffu) * 3u) >> 8u;
-            return bitcast<u32>(code_f32(digit, 1) * half_at(b + 52u));
-        }
-        case 7u: { // TQ2_0: 66-byte blocks [qs 64][d f16], 2-bit codes from the low bits
-            let b = rb + (j / 256u) * 66u;
-            let e = j % 256u;
-            let q = (byte_at(b + 32u * (e / 128u) + e % 32u) >> (2u * ((e % 128u) / 32u))) & 3u;
-            return bitcast<u32>(code_f32(q, 1) * half_at(b + 64u));
-        }
-        case 8u: { // I2_S: 32-byte blocks of 128, 2-bit codes from the high bits; f32 tensor scale
-            let b = rb + (j / 128u) * 32u;
-            let k = j % 128u;
-            let q = (byte_at(b + k % 32u) >> (6u - 2u * (k / 32u))) & 3u;
-            return bitcast<u32>(code_f32(q, 1) * bitcast<f32>(table[p.scale_word]));
+            return bitcast<u32>(code_f32(q, 1) * d);
         }
         default: {
             return 0u;

@@ -10,10 +10,10 @@ pub(crate) mod bitlinear;
 pub(crate) mod elementwise;
 pub(crate) mod embed;
 pub(crate) mod layout;
+pub(crate) mod linear;
 pub(crate) mod rms_norm;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
-pub(crate) mod linear;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
