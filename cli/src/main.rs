@@ -1,7 +1,8 @@
 //! `purebee-rs`: the purebee-rs command line.
 //!
 //! One subcommand per file: `inspect` prints what a GGUF file holds, `run` generates text,
-//! `logits` writes the logits of a token sequence as `.npy`, `tokenize` prints token ids.
+//! `logits` writes the logits of a token sequence as `.npy`, `tokenize` prints token ids,
+//! `synth` writes a synthetic model, `bench` measures prefill and decode speed.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
 //! errors already name the file, key or tensor concerned.
 
@@ -12,11 +13,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod engine_choice;
 mod inspect;
 mod logits;
 mod npy;
 mod run;
+mod synth;
 mod tokenize;
 
 /// purebee-rs: an inference engine for BitNet / ternary LLMs.
@@ -39,6 +42,10 @@ enum Command {
     Logits(logits::LogitsArgs),
     /// Print the token ids of a text.
     Tokenize(tokenize::TokenizeArgs),
+    /// Write a synthetic BitNet b1.58 model (random ternary weights) of a real shape.
+    Synth(synth::SynthArgs),
+    /// Measure prefill and decode tokens/s of a model on an engine.
+    Bench(bench::BenchArgs),
 }
 
 /// An error of any subcommand, printed as `error: <message>`.
@@ -52,6 +59,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run(args) => run::run(&args, &mut out)?,
         Command::Logits(args) => logits::run(&args)?,
         Command::Tokenize(args) => tokenize::run(&args, &mut out)?,
+        Command::Synth(args) => synth::run(&args, &mut out)?,
+        Command::Bench(args) => bench::run(&args, &mut out)?,
     }
     out.flush()?;
     Ok(())

@@ -1,16 +1,16 @@
 //! Compiling a program once: buffers, uniform parameters, pipelines and bind groups for
 //! every dispatch, so that running it only records and submits.
 //!
-//! Every instruction's dispatches are recorded first, so that each scratch buffer
-//! ([`ScratchKey`]) is created once, at the largest size any dispatch asks for.
+//! Scratch buffers (GPU-only working memory that is no ISA tensor, see [`ScratchKey`]) are
+//! created here too, one per key per program, sized to the largest request of the key.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use purebee_isa::{Instruction, Program};
 use purebee_memory::{Registry, TensorId};
 use wgpu::util::DeviceExt;
 
-use crate::kernels::{self, KernelCall, RecordCtx, ScratchKey, Storage};
+use crate::kernels::{self, layout, KernelCall, RecordCtx, ScratchKey, Storage};
 use crate::pipelines::PipelineCache;
 use crate::tensors::TensorStore;
 use crate::{GpuContext, GpuError};
@@ -19,8 +19,9 @@ use crate::{GpuContext, GpuError};
 pub(crate) enum Step {
     /// GRID_ALLOC: zero the tensor's buffers.
     Clear(TensorId),
-    /// GRID_WRITE of constant data: copy from a buffer made at compile time.
-    Copy { src: wgpu::Buffer, dst: TensorId },
+    /// GRID_WRITE of constant data: copy buffer `i` (made at compile time, in the tensor's
+    /// GPU layout) into part `i` of the tensor.
+    Copy { srcs: Vec<wgpu::Buffer>, dst: TensorId },
     /// A kernel dispatch.
     Dispatch { pipeline: wgpu::ComputePipeline, bind_group: wgpu::BindGroup, workgroups: [u32; 3] },
 }
@@ -33,6 +34,8 @@ pub(crate) struct Compiled {
     pub bound: Vec<(TensorId, u64)>,
     /// The run-time parameter values, one u32 word each (at least one word).
     pub run_params: wgpu::Buffer,
+    /// The program's scratch buffers.
+    pub scratch: HashMap<ScratchKey, wgpu::Buffer>,
 }
 
 impl Compiled {
@@ -57,40 +60,6 @@ pub(crate) fn compile(
     });
     let rctx =
         RecordCtx { reg, program, caps: ctx.caps, max_workgroups: ctx.limits.max_compute_workgroups_per_dimension };
-    let mut recorded: Vec<Vec<KernelCall>> = Vec::with_capacity(program.instructions().len());
-    for instruction in program.instructions() {
-        recorded.push(match instruction {
-            Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => {
-                Vec::new()
-            }
-            other => kernels::record(&rctx, other)?,
-        });
-    }
-    let mut sizes: BTreeMap<ScratchKey, u64> = BTreeMap::new();
-    for (_, s) in recorded.iter().flatten().flat_map(|c| &c.storage) {
-        if let Storage::Scratch(key, bytes) = *s {
-            let size = sizes.entry(key).or_insert(0);
-            *size = (*size).max(bytes);
-        }
-    }
-    let mut scratch: BTreeMap<ScratchKey, wgpu::Buffer> = BTreeMap::new();
-    for (key, bytes) in sizes {
-        let size = bytes.div_ceil(4).max(1) * 4;
-        if size > ctx.max_binding() {
-            return Err(GpuError::TooLarge {
-                tensor: format!("{key:?} scratch"),
-                bytes: size,
-                limit: ctx.max_binding(),
-            });
-        }
-        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(&format!("{key:?} scratch")),
-            size,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: false,
-        });
-        scratch.insert(key, buffer);
-    }
     let mut steps = Vec::new();
     let mut bound = Vec::new();
     let mut bind = |store: &mut TensorStore, id: TensorId| -> Result<(), GpuError> {
@@ -98,7 +67,39 @@ pub(crate) fn compile(
         bound.push((id, t.generation));
         Ok(())
     };
-    for (instruction, calls) in program.instructions().iter().zip(recorded) {
+    // Record every kernel call first, so that scratch buffers can be sized before binding.
+    let mut calls: Vec<Vec<KernelCall>> = Vec::with_capacity(program.instructions().len());
+    for instruction in program.instructions() {
+        calls.push(match instruction {
+            Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => vec![],
+            other => kernels::record(&rctx, other)?,
+        });
+    }
+    let mut scratch_sizes: HashMap<ScratchKey, u64> = HashMap::new();
+    for (_, s) in calls.iter().flatten().flat_map(|c| &c.storage) {
+        if let Storage::Scratch(key, bytes) = *s {
+            let size = scratch_sizes.entry(key).or_insert(4);
+            *size = (*size).max(bytes.div_ceil(4) * 4);
+        }
+    }
+    let mut scratch = HashMap::new();
+    for (key, size) in scratch_sizes {
+        if size > ctx.max_binding() {
+            return Err(GpuError::TooLarge {
+                tensor: format!("scratch {key:?}"),
+                bytes: size,
+                limit: ctx.max_binding(),
+            });
+        }
+        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(&format!("scratch {key:?}")),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        scratch.insert(key, buffer);
+    }
+    for (instruction, calls) in program.instructions().iter().zip(calls) {
         match instruction {
             Instruction::GridAlloc(a) => {
                 bind(store, a.tensor)?;
@@ -106,14 +107,18 @@ pub(crate) fn compile(
             }
             Instruction::GridWrite(w) => {
                 bind(store, w.tensor)?;
-                let mut data = w.data.to_vec();
-                data.resize(data.len().div_ceil(4).max(1) * 4, 0);
-                let src = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("GRID_WRITE data"),
-                    contents: &data,
-                    usage: wgpu::BufferUsages::COPY_SRC,
-                });
-                steps.push(Step::Copy { src, dst: w.tensor });
+                let desc = reg.desc(w.tensor).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+                let mut srcs = Vec::new();
+                for part in layout::parts_from_bytes(desc, &w.data)? {
+                    if let layout::Part::Data(data) = part {
+                        srcs.push(ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                            label: Some("GRID_WRITE data"),
+                            contents: &data,
+                            usage: wgpu::BufferUsages::COPY_SRC,
+                        }));
+                    }
+                }
+                steps.push(Step::Copy { srcs, dst: w.tensor });
             }
             Instruction::Free(_) | Instruction::Sync => {}
             other => {
@@ -133,14 +138,14 @@ pub(crate) fn compile(
                     for &(binding, s) in &call.storage {
                         let buffer = match s {
                             Storage::RunParams => &run_params,
-                            Storage::Scratch(key, _) => scratch
-                                .get(&key)
-                                .ok_or_else(|| GpuError::Wgpu(format!("{}: missing {key:?} scratch", other.name())))?,
                             Storage::Tensor(id, part) => {
                                 store.get(id).and_then(|t| t.parts.get(part)).ok_or_else(|| {
                                     GpuError::Wgpu(format!("{}: missing buffer part {part}", other.name()))
                                 })?
                             }
+                            Storage::Scratch(key, _) => scratch.get(&key).ok_or_else(|| {
+                                GpuError::Wgpu(format!("{}: missing scratch buffer {key:?}", other.name()))
+                            })?,
                         };
                         entries.push(wgpu::BindGroupEntry { binding, resource: buffer.as_entire_binding() });
                     }
@@ -155,5 +160,5 @@ pub(crate) fn compile(
         }
     }
     ctx.check()?;
-    Ok(Compiled { steps, bound, run_params })
+    Ok(Compiled { steps, bound, run_params, scratch })
 }

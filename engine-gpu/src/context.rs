@@ -105,7 +105,7 @@ impl GpuContext {
 
     /// The largest buffer one binding may address.
     pub(crate) fn max_binding(&self) -> u64 {
-        (self.limits.max_storage_buffer_binding_size as u64).min(self.limits.max_buffer_size)
+        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
     }
 
     /// Fails with the first error wgpu reported since the last check.

@@ -7,6 +7,7 @@ use purebee_isa::{Engine, ExecError, Instruction, ParamValue, Program, ProgramId
 use purebee_memory::{MemoryError, Registry, TensorId};
 
 use crate::compile::{compile, Compiled, Step};
+use crate::kernels::{layout, ScratchKey};
 use crate::pipelines::PipelineCache;
 use crate::tensors::{Liveness, TensorStore};
 use crate::{GpuContext, GpuError, GpuOptions};
@@ -115,6 +116,53 @@ impl GpuEngine {
         }
     }
 
+    /// Copies a whole buffer back to the host (through the reusable staging buffer).
+    fn read_buffer(&mut self, src: &wgpu::Buffer, what: &str) -> Result<Vec<u8>, GpuError> {
+        let size = src.size();
+        if self.staging.as_ref().is_none_or(|s| s.size() < size) {
+            self.staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("GRID_READ staging"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let Some(staging) = self.staging.as_ref() else { return Ok(Vec::new()) };
+        let mut encoder =
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("GRID_READ") });
+        encoder.copy_buffer_to_buffer(src, 0, staging, 0, size);
+        self.ctx.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
+            let _ = tx.send(r);
+        });
+        self.ctx.wait()?;
+        rx.recv()
+            .map_err(|e| GpuError::Wgpu(e.to_string()))?
+            .map_err(|e| GpuError::Wgpu(format!("mapping '{what}' for reading: {e}")))?;
+        let out = {
+            let view = staging.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+            view.to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// The bytes of a compiled program's scratch buffer (GPU-only working memory such as
+    /// BITLINEAR's int8 activations), after everything submitted so far; for tests and
+    /// debugging. The buffer is sized for the largest use in the program and holds what
+    /// the last dispatch that wrote it left. Fails when `program` has not run on this engine
+    /// or uses no such buffer.
+    pub fn read_scratch(&mut self, program: &Program, key: ScratchKey) -> Result<Vec<u8>, ExecError> {
+        let buffer = self
+            .compiled
+            .get(&program.id())
+            .and_then(|c| c.scratch.get(&key))
+            .cloned()
+            .ok_or_else(|| GpuError::Wgpu(format!("program '{}' has no scratch buffer {key:?}", program.name())))?;
+        Ok(self.read_buffer(&buffer, &format!("scratch {key:?}"))?)
+    }
+
     fn byte_len(&self, op: &'static str, id: TensorId) -> Result<usize, ExecError> {
         let d = self.memory.desc(id).map_err(|source| ExecError::Memory { op, source })?;
         Ok(d.dtype.tensor_bytes(d.shape.rows(), d.shape.cols()).unwrap_or(0))
@@ -179,10 +227,12 @@ impl Engine for GpuEngine {
                         }
                     }
                 }
-                Step::Copy { src, dst } => {
+                Step::Copy { srcs, dst } => {
                     pass = None;
-                    if let Some(t) = self.store.get(*dst).and_then(|t| t.parts.first()) {
-                        encoder.copy_buffer_to_buffer(src, 0, t, 0, src.size());
+                    if let Some(t) = self.store.get(*dst) {
+                        for (src, part) in srcs.iter().zip(&t.parts) {
+                            encoder.copy_buffer_to_buffer(src, 0, part, 0, src.size());
+                        }
                     }
                 }
             }
@@ -214,6 +264,16 @@ impl Engine for GpuEngine {
             });
         }
         let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
+        let desc = self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?;
+        if desc.dtype.is_ternary() {
+            // Ternary tensors live repacked on the GPU (see `kernels::layout`).
+            for (buffer, part) in t.parts.iter().zip(layout::parts_from_bytes(desc, bytes)?) {
+                if let layout::Part::Data(data) = part {
+                    self.ctx.queue.write_buffer(buffer, 0, &data);
+                }
+            }
+            return Ok(());
+        }
         let Some(buffer) = t.parts.first() else { return Ok(()) };
         if bytes.len() % 4 == 0 {
             self.ctx.queue.write_buffer(buffer, 0, bytes);
@@ -230,33 +290,19 @@ impl Engine for GpuEngine {
         self.live(OP, tensor)?;
         let len = self.byte_len(OP, tensor)?;
         let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
-        let Some(src) = t.parts.first() else { return Ok(Vec::new()) };
-        let size = src.size();
-        if self.staging.as_ref().is_none_or(|s| s.size() < size) {
-            self.staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("GRID_READ staging"),
-                size,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
+        let parts: Vec<wgpu::Buffer> = t.parts.clone();
+        let desc = self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?.clone();
+        if desc.dtype.is_ternary() {
+            // Repacked on the GPU: read every part and rebuild the file layout.
+            let mut bytes = Vec::with_capacity(parts.len());
+            for part in &parts {
+                bytes.push(self.read_buffer(part, &desc.name)?);
+            }
+            return Ok(layout::file_bytes(&desc, &bytes)?);
         }
-        let Some(staging) = self.staging.as_ref() else { return Ok(Vec::new()) };
-        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(OP) });
-        encoder.copy_buffer_to_buffer(src, 0, staging, 0, size);
-        self.ctx.queue.submit([encoder.finish()]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
-            let _ = tx.send(r);
-        });
-        self.ctx.wait()?;
-        rx.recv()
-            .map_err(|e| GpuError::Wgpu(e.to_string()))?
-            .map_err(|e| GpuError::Wgpu(format!("mapping '{}' for reading: {e}", self.memory.name(tensor))))?;
-        let out = {
-            let view = staging.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
-            view[..len].to_vec()
-        };
-        staging.unmap();
+        let Some(src) = parts.first() else { return Ok(Vec::new()) };
+        let mut out = self.read_buffer(src, &desc.name)?;
+        out.truncate(len);
         Ok(out)
     }
 

@@ -25,3 +25,4 @@ mod tensors;
 pub use context::{GpuContext, GpuOptions};
 pub use engine::GpuEngine;
 pub use error::GpuError;
+pub use kernels::ScratchKey;

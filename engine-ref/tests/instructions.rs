@@ -590,3 +590,25 @@ fn a_program_runs_many_times_with_new_parameters() {
     assert_eq!(e.read_f32(cache).expect("live"), vec![10.0, 11.0, 12.0]);
     assert_eq!(e.execute(&step, &[]), Err(ExecError::ParamCount { expected: 1, got: 0 }));
 }
+
+#[test]
+fn linear_and_bitlinear_with_empty_rows_give_zeros() {
+    // k = 0: every output is an empty sum.
+    let mut e = RefEngine::new();
+    let x = f32_weight(&mut e, "x", &[3, 0], vec![]);
+    let w = f32_weight(&mut e, "w", &[2, 0], vec![]);
+    let wt = weight(
+        &mut e,
+        "wt",
+        HostTensor::from_bytes("wt", DType::I2_S, shape(&[2, 0]), &i2_s_tensor(&[], 1.0)).expect("size"),
+    );
+    let mut b = ProgramBuilder::new("p", e.memory_mut());
+    let y = b.alloc("y", DType::F32, &[3, 2]).expect("declare");
+    let yt = b.alloc("yt", DType::F32, &[3, 2]).expect("declare");
+    b.linear(y, x, w).expect("valid");
+    b.bitlinear(yt, x, wt, None).expect("valid");
+    let p = b.finish();
+    e.execute(&p, &[]).expect("runs");
+    assert_eq!(e.read_f32(y).expect("live"), vec![0.0; 6]);
+    assert_eq!(e.read_f32(yt).expect("live"), vec![0.0; 6]);
+}

@@ -4,6 +4,12 @@
 //! One GPU engine serves the whole test binary (creating a device per proptest case would
 //! dominate the run time); each case's tensors get unique names and are freed afterwards.
 //!
+//! A second pair, [`portable_pair`], runs the GPU engine with subgroups off, so that tests
+//! cover the portable kernels as well as the subgroup ones on adapters that have subgroups.
+//! [`Pair::run_inspect`] gives a test the GPU engine and the compiled program after the run
+//! (to read a kernel's scratch buffers). [`Pair::run_each`] runs one compiled program at
+//! several run-time parameter values (positions).
+//!
 //! With no adapter the tests fail with a message saying how to install one. Setting
 //! `PUREBEE_SKIP_GPU_TESTS=1` opts out explicitly (never in CI, which installs lavapipe).
 
@@ -11,7 +17,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use purebee_engine_gpu::{GpuEngine, GpuOptions};
 use purebee_engine_ref::RefEngine;
-use purebee_isa::{Engine, IsaError, ParamValue, ProgramBuilder, TensorId};
+use purebee_isa::{Engine, IsaError, ParamValue, Program, ProgramBuilder, TensorId};
 use purebee_memory::HostTensor;
 
 /// The two engines and a counter that keeps tensor names unique.
@@ -36,19 +42,45 @@ pub fn gpu_tests_skipped() -> bool {
 /// instructions when no adapter exists.
 pub fn pair() -> MutexGuard<'static, Pair> {
     static PAIR: OnceLock<Mutex<Pair>> = OnceLock::new();
-    let m = PAIR.get_or_init(|| {
-        let gpu = GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
-            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-        });
-        eprintln!("GPU tests on {}", gpu.context().describe());
-        Mutex::new(Pair { gpu, reference: RefEngine::new(), case: 0 })
+    lock(PAIR.get_or_init(|| new_pair(GpuOptions::default())))
+}
+
+/// A second process-wide pair whose GPU engine has subgroups off
+/// (`GpuOptions { use_subgroups: false, .. }`): the portable kernels.
+pub fn portable_pair() -> MutexGuard<'static, Pair> {
+    static PAIR: OnceLock<Mutex<Pair>> = OnceLock::new();
+    lock(PAIR.get_or_init(|| new_pair(GpuOptions { use_subgroups: false, ..GpuOptions::default() })))
+}
+
+/// [`pair`] when `portable` is false, [`portable_pair`] when it is true.
+pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
+    if portable {
+        portable_pair()
+    } else {
+        pair()
+    }
+}
+
+fn new_pair(options: GpuOptions) -> Mutex<Pair> {
+    let gpu = GpuEngine::new(&options).unwrap_or_else(|e| {
+        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
     });
+    eprintln!("GPU tests on {} ({:?})", gpu.context().describe(), gpu.context().capabilities());
+    Mutex::new(Pair { gpu, reference: RefEngine::new(), case: 0 })
+}
+
+fn lock(m: &'static Mutex<Pair>) -> MutexGuard<'static, Pair> {
     // A failed case poisons the lock; the engines are still usable for the next case.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What one engine produced: the bytes of each output, in order.
 pub type Outputs = Vec<Vec<u8>>;
+
+/// Builds a case's program: given the builder, a function that makes names unique to the
+/// case, and the input handles, it returns the handles to read.
+pub type Build<'a> =
+    dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError> + 'a;
 
 impl Pair {
     /// Inserts `inputs` into both engines, builds the program with `build` (given the input
@@ -61,8 +93,25 @@ impl Pair {
         params: &[ParamValue],
         build: impl Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
     ) -> (Outputs, Outputs) {
-        let mut runs = self.run_each(inputs, &[params.to_vec()], build);
-        runs.pop().expect("one run")
+        let (gpu, reference, ()) = self.run_inspect(inputs, params, build, |_, _| ());
+        (gpu, reference)
+    }
+
+    /// [`Pair::run`], and `inspect` called with the GPU engine and the program right after
+    /// the GPU engine ran it (before anything is freed), e.g. to read scratch buffers.
+    pub fn run_inspect<T>(
+        &mut self,
+        inputs: &[(&str, HostTensor)],
+        params: &[ParamValue],
+        build: impl Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
+        inspect: impl FnOnce(&mut GpuEngine, &Program) -> T,
+    ) -> (Outputs, Outputs, T) {
+        self.case += 1;
+        let prefix = format!("case{}", self.case);
+        let runs = [params.to_vec()];
+        let (mut gpu, seen) = run_on(&mut self.gpu, &prefix, inputs, &runs, &build, inspect);
+        let (mut reference, ()) = run_on(&mut self.reference, &prefix, inputs, &runs, &build, |_, _| ());
+        (gpu.pop().unwrap_or_default(), reference.pop().unwrap_or_default(), seen)
     }
 
     /// Like [`Pair::run`], but builds the program once and runs it once per entry of
@@ -78,24 +127,20 @@ impl Pair {
     ) -> Vec<(Outputs, Outputs)> {
         self.case += 1;
         let prefix = format!("case{}", self.case);
-        let gpu = run_on(&mut self.gpu, &prefix, inputs, runs, &build);
-        let reference = run_on(&mut self.reference, &prefix, inputs, runs, &build);
+        let (gpu, ()) = run_on(&mut self.gpu, &prefix, inputs, runs, &build, |_, _| ());
+        let (reference, ()) = run_on(&mut self.reference, &prefix, inputs, runs, &build, |_, _| ());
         gpu.into_iter().zip(reference).collect()
     }
 }
 
-/// What builds a case's program: given the builder, the name prefixer and the input
-/// handles, it records the instructions and returns the handles to read.
-type BuildFn<'a> =
-    dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError> + 'a;
-
-fn run_on(
-    engine: &mut dyn Engine,
+fn run_on<E: Engine, T>(
+    engine: &mut E,
     prefix: &str,
     inputs: &[(&str, HostTensor)],
     runs: &[Vec<ParamValue>],
-    build: &BuildFn<'_>,
-) -> Vec<Outputs> {
+    build: &Build,
+    inspect: impl FnOnce(&mut E, &Program) -> T,
+) -> (Vec<Outputs>, T) {
     let name = |n: &str| format!("{prefix}.{n}");
     let ids: Vec<TensorId> =
         inputs.iter().map(|(n, t)| engine.memory_mut().insert(&name(n), t.clone()).expect("unique name")).collect();
@@ -111,6 +156,7 @@ fn run_on(
                 .collect::<Outputs>(),
         );
     }
+    let seen = inspect(engine, &program);
     // Free what the case made, on the engine (FREE releases GPU buffers) and in the registry.
     let mut made: Vec<TensorId> = ids.iter().chain(&outs).copied().collect();
     made.sort();
@@ -121,7 +167,7 @@ fn run_on(
     }
     let free = b.finish();
     engine.execute(&free, &[]).unwrap_or_else(|e| panic!("{} engine: freeing: {e}", engine.name()));
-    got
+    (got, seen)
 }
 
 /// Bytes as f32 values.

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bitnet_checks;
 pub mod differential;
 
 use std::path::PathBuf;

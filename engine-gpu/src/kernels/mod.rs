@@ -5,11 +5,18 @@
 //! buffers in binding order, and the workgroup counts. Binding 0 is always the uniform;
 //! bindings 1.. are the storage buffers, in the order listed.
 
+pub(crate) mod argmax;
 pub(crate) mod attention;
+pub(crate) mod bitlinear;
 pub(crate) mod elementwise;
+pub(crate) mod embed;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
+pub(crate) mod linear;
+pub(crate) mod rms_norm;
 pub(crate) mod rope;
+pub(crate) mod row_reduce;
+pub(crate) mod softmax;
 
 use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -23,6 +30,28 @@ use crate::GpuError;
 pub(crate) enum Shader {
     /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
     Elementwise,
+    /// `rms_norm.wgsl` after `row_reduce.wgsl`: RMS_NORM, portable reductions.
+    RmsNorm,
+    /// `rms_norm.wgsl` after `row_reduce_subgroup.wgsl`: RMS_NORM, subgroup reductions.
+    RmsNormSubgroup,
+    /// `softmax.wgsl` after `row_reduce.wgsl`: SOFTMAX, portable reductions.
+    Softmax,
+    /// `softmax.wgsl` after `row_reduce_subgroup.wgsl`: SOFTMAX, subgroup reductions.
+    SoftmaxSubgroup,
+    /// `argmax.wgsl` after `row_reduce.wgsl`: ARGMAX, portable reductions.
+    Argmax,
+    /// `argmax.wgsl` after `row_reduce_subgroup.wgsl`: ARGMAX, subgroup reductions.
+    ArgmaxSubgroup,
+    /// `embed.wgsl`: EMBED.
+    Embed,
+    /// `linear.wgsl` after `reduce_portable.wgsl`: LINEAR, portable reductions.
+    Linear,
+    /// `linear.wgsl` after `reduce_subgroup.wgsl`: LINEAR, subgroup reductions.
+    LinearSubgroup,
+    /// `bitlinear.wgsl` after `reduce_portable.wgsl`: BITLINEAR, portable reductions.
+    Bitlinear,
+    /// `bitlinear.wgsl` after `reduce_subgroup.wgsl`: BITLINEAR, subgroup reductions.
+    BitlinearSubgroup,
     /// `rope.wgsl`: ROPE.
     Rope,
     /// `kv_write.wgsl`: KV_WRITE.
@@ -36,6 +65,17 @@ impl Shader {
     pub fn name(self) -> &'static str {
         match self {
             Shader::Elementwise => "elementwise.wgsl",
+            Shader::RmsNorm => "rms_norm.wgsl",
+            Shader::RmsNormSubgroup => "rms_norm.wgsl (subgroups)",
+            Shader::Softmax => "softmax.wgsl",
+            Shader::SoftmaxSubgroup => "softmax.wgsl (subgroups)",
+            Shader::Argmax => "argmax.wgsl",
+            Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
+            Shader::Embed => "embed.wgsl",
+            Shader::Linear => "linear.wgsl",
+            Shader::LinearSubgroup => "linear.wgsl (subgroups)",
+            Shader::Bitlinear => "bitlinear.wgsl",
+            Shader::BitlinearSubgroup => "bitlinear.wgsl (subgroups)",
             Shader::Rope => "rope.wgsl",
             Shader::KvWrite => "kv_write.wgsl",
             Shader::Attention => "attention.wgsl",
@@ -46,6 +86,19 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::RmsNorm => concat!(include_str!("row_reduce.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::RmsNormSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::Softmax => concat!(include_str!("row_reduce.wgsl"), include_str!("softmax.wgsl")),
+            Shader::SoftmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
+            Shader::Argmax => concat!(include_str!("row_reduce.wgsl"), include_str!("argmax.wgsl")),
+            Shader::ArgmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
+            Shader::Embed => include_str!("embed.wgsl"),
+            Shader::Linear => concat!(include_str!("reduce_portable.wgsl"), include_str!("linear.wgsl")),
+            Shader::LinearSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("linear.wgsl")),
+            Shader::Bitlinear => concat!(include_str!("reduce_portable.wgsl"), include_str!("bitlinear.wgsl")),
+            Shader::BitlinearSubgroup => {
+                concat!(include_str!("reduce_subgroup.wgsl"), include_str!("bitlinear.wgsl"))
+            }
             Shader::Rope => include_str!("rope.wgsl"),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
             Shader::Attention => include_str!("attention.wgsl"),
@@ -65,16 +118,21 @@ pub(crate) enum Storage {
     Scratch(ScratchKey, u64),
 }
 
-/// A GPU-only working buffer that is not an ISA tensor (ATTENTION's split-K partials).
+/// A GPU-only working buffer that is not an ISA tensor (BITLINEAR's int8 activations,
+/// ATTENTION's split-K partial results).
 ///
 /// The compiler creates one buffer per key per compiled program, once, sized to the largest
 /// request of that key among the program's dispatches; every dispatch naming the key binds
-/// that one buffer. Dispatches run in order, and a kernel reads from a scratch buffer only
-/// what an earlier dispatch of the same instruction wrote, so sharing one buffer between
-/// instructions is safe. Its contents are undefined when an instruction starts. Nothing is
-/// allocated when the program runs.
+/// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
+/// reads what the dispatch just before it (of the same instruction) wrote, so sharing one
+/// buffer between instructions is safe. Nothing is allocated when the program runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum ScratchKey {
+pub enum ScratchKey {
+    /// BITLINEAR's int8 activations, four per u32 word (element `4w + b` in byte `b` of
+    /// word `w`), row-major: row `r` starts at word `r·k/4`.
+    BitlinearActivations,
+    /// BITLINEAR's per-row activation scales `s = 127 / max(max|x|, 1e-5)`, f32 `[n]`.
+    BitlinearScales,
     /// ATTENTION's split-K partial results: per (query row, head, split) a slot of
     /// `head_dim + 2` f32, `[m, l, o_0 .. o_{head_dim−1}]` (see `attention.wgsl`).
     AttentionPartials,
@@ -143,17 +201,21 @@ impl RecordCtx<'_> {
 /// The dispatches of one instruction. Memory instructions (GRID_ALLOC, GRID_WRITE, FREE,
 /// SYNC) are handled by the compiler, not here.
 pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>, GpuError> {
-    let unsupported = |op| Err(GpuError::Unsupported { op, what: "this instruction (not yet written)".to_string() });
     match i {
         Instruction::TensorAdd(b) => elementwise::binary(ctx, elementwise::BinaryOp::Add, b),
         Instruction::ElementMul(b) => elementwise::binary(ctx, elementwise::BinaryOp::Mul, b),
         Instruction::Silu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Silu, u),
         Instruction::Relu2(u) => elementwise::unary(ctx, elementwise::UnaryOp::Relu2, u),
         Instruction::Gelu(u) => elementwise::unary(ctx, elementwise::UnaryOp::Gelu, u),
+        Instruction::RmsNorm(n) => rms_norm::record(ctx, n),
+        Instruction::Softmax(s) => softmax::record(ctx, s),
+        Instruction::Argmax(a) => argmax::record(ctx, a),
+        Instruction::Embed(e) => embed::record(ctx, e),
+        Instruction::Linear(l) => linear::record(ctx, l),
+        Instruction::BitLinear(b) => bitlinear::record(ctx, b),
         Instruction::Rope(r) => rope::record(ctx, r),
         Instruction::KvWrite(k) => kv_write::record(ctx, k),
         Instruction::Attention(a) => attention::record(ctx, a),
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => Ok(vec![]),
-        other => unsupported(other.name()),
     }
 }

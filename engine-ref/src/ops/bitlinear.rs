@@ -6,19 +6,21 @@ use purebee_isa::ExecError;
 use purebee_memory::Registry;
 use rayon::prelude::*;
 
-use crate::access::{decode_error, f32s, matrix, store_f32};
+use crate::access::{decode_error, dims, f32s, matrix, store_f32};
 
 pub(crate) fn run(reg: &mut Registry, b: &BitLinear) -> Result<(), ExecError> {
     const OP: &str = "BITLINEAR";
     let x = f32s(reg, OP, b.x)?; // [n, k]
     let w = matrix(reg, OP, b.weight)?; // [m, k], ternary
     let (m, k) = (w.rows(), w.cols());
-    let n = x.len() / k.max(1);
+    let (n, _) = dims(reg, OP, b.x)?; // rows of x (k may be 0)
     let out_scale = match b.scale {
         Some(id) => f32s(reg, OP, id)?.first().copied().unwrap_or(1.0) as f64,
         None => 1.0,
     };
-    let block = w.ternary_scale_block().ok_or_else(|| decode_error(reg, OP, b.weight, "not a ternary type"))?;
+    let not_ternary = || decode_error(reg, OP, b.weight, "not a ternary type");
+    let block = w.ternary_scale_block().ok_or_else(not_ternary)?; // elements per scale
+    let n_scales = w.ternary_scales_per_row().ok_or_else(not_ternary)?; // scales per row
 
     // Per row r: s_r (f32) and q[r] (int8), exactly as the ISA specifies.
     let mut s = vec![0f32; n]; // [n]
@@ -35,7 +37,7 @@ pub(crate) fn run(reg: &mut Registry, b: &BitLinear) -> Result<(), ExecError> {
         .into_par_iter()
         .map(|j| {
             let mut t = vec![0i8; k]; // [k] codes of weight row j
-            let mut d = vec![0f32; k / block.max(1)]; // [k / block] scales of row j
+            let mut d = vec![0f32; n_scales]; // [n_scales] scales of row j
             w.ternary_row(j, &mut t, &mut d)?;
             Ok((0..n)
                 .map(|r| {

@@ -5,15 +5,15 @@ use purebee_isa::ExecError;
 use purebee_memory::Registry;
 use rayon::prelude::*;
 
-use crate::access::{decode_error, dot_f64, f32s, matrix, store_f32};
+use crate::access::{decode_error, dims, dot_f64, f32s, matrix, store_f32};
 
 pub(crate) fn run(reg: &mut Registry, l: &Linear) -> Result<(), ExecError> {
     const OP: &str = "LINEAR";
     let x = f32s(reg, OP, l.x)?; // [n, k]
     let w = matrix(reg, OP, l.weight)?; // [m, k], any layout
     let (m, k) = (w.rows(), w.cols());
-    let n = x.len() / k.max(1);
-    // One weight row at a time (decoded once), against every input row: columns of out.
+    let (n, _) = dims(reg, OP, l.x)?; // rows of x (k may be 0)
+                                      // One weight row at a time (decoded once), against every input row: columns of out.
     let columns: Vec<Vec<f32>> = (0..m)
         .into_par_iter()
         .map(|j| {

@@ -84,22 +84,6 @@ pub fn dequantize_block(block: &[u8; BLOCK_BYTES], scale: f32, out: &mut [f32; B
     }
 }
 
-/// The inverse of the decoder, for tests: packs a flattened tensor of trits in −1..=2 (length
-/// a multiple of 128) and writes the trailer as the converters do (the scale 8 times).
-#[cfg(test)]
-pub(crate) fn encode(trits: &[i8], scale: f32) -> Vec<u8> {
-    assert_eq!(trits.len() % BLOCK_LEN, 0, "test encoder needs whole blocks");
-    let mut bytes = vec![0u8; trits.len() / 4];
-    for (i, &t) in trits.iter().enumerate() {
-        let (byte, shift) = position(i % BLOCK_LEN);
-        bytes[(i / BLOCK_LEN) * BLOCK_BYTES + byte] |= (((t + 1) as u8) & 3) << shift;
-    }
-    for _ in 0..8 {
-        bytes.extend_from_slice(&scale.to_le_bytes());
-    }
-    bytes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,8 +130,8 @@ mod tests {
 
     #[test]
     fn encode_places_blocks_in_order_and_appends_the_trailer() {
-        let trits: Vec<i8> = (0..256).map(|i| [-1i8, 0, 1, 2][(i * 3 + i / 5) % 4]).collect();
-        let bytes = encode(&trits, 0.5);
+        let trits: Vec<i8> = (0..256).map(|i| [-1i8, 0, 1][(i * 3 + i / 5) % 3]).collect();
+        let bytes = crate::quant::encode::encode_i2_s(&trits, 0.5).expect("whole blocks of trits");
         assert_eq!(bytes.len(), 256 / 4 + TRAILER_BYTES);
         for (b, chunk) in trits.chunks(BLOCK_LEN).enumerate() {
             let block: [u8; BLOCK_BYTES] = bytes[b * 32..(b + 1) * 32].try_into().expect("32 bytes");

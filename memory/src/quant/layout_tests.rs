@@ -139,8 +139,8 @@ fn i2_s_rows_start_at_row_times_cols_over_4() {
     // 3 rows of 256: row r is trits [r-th pattern]; rows occupy bytes 0..64, 64..128, 128..192,
     // and the trailer 192..224.
     let (rows, cols) = (3, 256);
-    let trits: Vec<i8> = (0..rows * cols).map(|i| [-1i8, 0, 1, 2][(i / cols + i * (i / cols + 1) / 3) % 4]).collect();
-    let bytes = i2_s::encode(&trits, 0.75);
+    let trits: Vec<i8> = (0..rows * cols).map(|i| [-1i8, 0, 1][(i / cols + i * (i / cols + 1) / 3) % 3]).collect();
+    let bytes = encode::encode_i2_s(&trits, 0.75).expect("whole blocks of trits");
     assert_eq!(bytes.len(), rows * cols / 4 + 32);
     let m = QuantMatrix::new(DType::I2_S, &bytes, rows, cols).expect("sizes");
     assert_eq!((m.ternary_scale_block(), m.ternary_scales_per_row()), (Some(256), Some(1)));
@@ -164,11 +164,9 @@ fn i2_s_rows_start_at_row_times_cols_over_4() {
 
 #[test]
 fn code_3_decodes_as_plus_2_in_both_two_bit_layouts() {
-    let trits = [2i8; 256];
-    let tq2 = tq2_0::encode_block(&trits, f16::from_f32(0.5));
-    assert!(tq2[..64].iter().all(|&b| b == 0xff));
-    let i2 = i2_s::encode(&trits, 0.5);
-    assert!(i2[..64].iter().all(|&b| b == 0xff));
+    // Every 2-bit code 3 (no encoder writes it), scale 0.5.
+    let tq2: Vec<u8> = [[0xffu8; 64].as_slice(), &f16::from_f32(0.5).to_le_bytes()].concat();
+    let i2: Vec<u8> = [[0xffu8; 64].as_slice(), &[0.5f32.to_le_bytes(); 8].concat()].concat();
     for (dtype, bytes) in [(DType::TQ2_0, &tq2[..]), (DType::I2_S, &i2[..])] {
         let m = QuantMatrix::new(dtype, bytes, 1, 256).expect("sizes");
         assert_eq!(all_ternary_rows(&m).0, vec![2i8; 256], "{dtype}");
@@ -284,8 +282,7 @@ fn sizes_are_checked_once_in_new() {
 
 #[test]
 fn row_and_buffer_errors_name_what_is_wrong() {
-    let bytes = tq2_0::encode_block(&[0; 256], f16::ONE);
-    let two_rows = [bytes, bytes].concat();
+    let two_rows = encode::encode_tq2_0_row(&[0; 512], f16::ONE).expect("two blocks of trits");
     let m = QuantMatrix::new(DType::TQ2_0, &two_rows, 2, 256).expect("sizes");
     let mut out = vec![0f32; 256];
     let mut trits = vec![0i8; 256];
@@ -361,31 +358,41 @@ fn ternary_problem() -> impl Strategy<Value = (DType, usize, usize, Vec<i8>, Vec
     )
 }
 
-/// Packs `trits` (rows·cols, row-major) in `dtype`'s layout.
-fn encode(dtype: DType, cols: usize, trits: &[i8], block_d: &[u16], scale: f32) -> Vec<u8> {
-    match dtype {
-        DType::I2_S => i2_s::encode(trits, scale),
-        DType::TQ1_0 | DType::TQ2_0 => trits
+/// Packs `trits` (rows·cols, row-major) in `dtype`'s layout with the library encoders, one
+/// block at a time for the TQ layouts (each block has its own `d`). The encoders write only
+/// −1..=1, so a +2 is encoded as 0 (code 1) and then turned into code 3 by setting the other
+/// bit of its pair, at the place the layout's `position` gives.
+fn encode(dtype: DType, trits: &[i8], block_d: &[u16], scale: f32) -> Vec<u8> {
+    let trits_01: Vec<i8> = trits.iter().map(|&t| if t == 2 { 0 } else { t }).collect();
+    let mut bytes = match dtype {
+        DType::I2_S => encode::encode_i2_s(&trits_01, scale).expect("whole blocks of -1..=1"),
+        DType::TQ1_0 | DType::TQ2_0 => trits_01
             .chunks(256)
             .zip(block_d)
             .flat_map(|(chunk, &d)| {
-                let chunk: &[i8; 256] = chunk.try_into().expect("cols are whole blocks");
                 let d = f16::from_bits(d);
                 if dtype == DType::TQ1_0 {
-                    tq1_0::encode_block(chunk, d).to_vec()
+                    encode::encode_tq1_0_row(chunk, d)
                 } else {
-                    tq2_0::encode_block(chunk, d).to_vec()
+                    encode::encode_tq2_0_row(chunk, d)
                 }
+                .expect("a block of -1..=1")
             })
             .collect(),
-        _ => unreachable!("ternary_problem yields ternary dtypes; cols {cols}"),
+        _ => unreachable!("ternary_problem yields ternary dtypes"),
+    };
+    for (i, _) in trits.iter().enumerate().filter(|(_, &t)| t == 2) {
+        let (block, e) = (i / dtype.block_len(), i % dtype.block_len());
+        let (byte, shift) = if dtype == DType::I2_S { i2_s::position(e) } else { tq2_0::position(e) };
+        bytes[block * dtype.block_bytes() + byte] |= 3 << shift;
     }
+    bytes
 }
 
 proptest! {
     #[test]
     fn ternary_layouts_round_trip((dtype, rows, cols, trits, block_d, scale) in ternary_problem()) {
-        let bytes = encode(dtype, cols, &trits, &block_d, scale);
+        let bytes = encode(dtype, &trits, &block_d, scale);
         let m = QuantMatrix::new(dtype, &bytes, rows, cols).expect("encoder writes the documented size");
         let block = m.ternary_scale_block().expect("ternary");
         let per_row = m.ternary_scales_per_row().expect("ternary");

@@ -25,6 +25,7 @@
 //! ggml's and bitnet.cpp's arithmetic treats it), and floats are passed through as stored
 //! (a NaN scale decodes to NaN, as in ggml).
 
+pub mod encode;
 mod error;
 pub mod float;
 pub mod i2_s;

@@ -88,33 +88,10 @@ pub fn dequantize_block(block: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
     }
 }
 
-/// Packs up to five codes (most significant first; missing ones are 0) as ggml does:
-/// `ceil(v·256/243)`. For tests.
-#[cfg(test)]
-pub(crate) fn pack_digits(codes: &[u8]) -> u8 {
-    let v = (0..5).fold(0u16, |v, n| v * 3 + u16::from(codes.get(n).copied().unwrap_or(0)));
-    (v * 256).div_ceil(243) as u8
-}
-
-/// The inverse of [`trits_block`], for tests: packs trits in −1..=1 and a scale.
-#[cfg(test)]
-pub(crate) fn encode_block(trits: &[i8; BLOCK_LEN], d: half::f16) -> [u8; BLOCK_BYTES] {
-    let mut codes = [[0u8; 5]; 52];
-    for (e, &t) in trits.iter().enumerate() {
-        let (byte, n) = position(e);
-        codes[byte][n] = (t + 1) as u8;
-    }
-    let mut block = [0u8; BLOCK_BYTES];
-    for (b, c) in block.iter_mut().zip(&codes) {
-        *b = pack_digits(c);
-    }
-    block[52..].copy_from_slice(&d.to_bits().to_le_bytes());
-    block
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quant::encode::pack_tq1_0_digits;
 
     #[test]
     fn block_size_matches_dtype() {
@@ -124,8 +101,8 @@ mod tests {
     #[test]
     fn every_five_digit_value_round_trips() {
         for v in 0..243u16 {
-            let codes: Vec<u8> = (0..5).map(|n| (v / 3u16.pow(4 - n) % 3) as u8).collect();
-            let q = pack_digits(&codes);
+            let codes: [u8; 5] = std::array::from_fn(|n| (v / 3u16.pow(4 - n as u32) % 3) as u8);
+            let q = pack_tq1_0_digits(&codes);
             let back: Vec<u8> = (0..5).map(|n| digit(q, n)).collect();
             assert_eq!(back, codes, "v = {v}, q = {q}");
         }
@@ -134,10 +111,12 @@ mod tests {
     #[test]
     fn every_four_digit_qh_value_round_trips() {
         for v in 0..81u16 {
-            let codes: Vec<u8> = (0..4).map(|n| (v / 3u16.pow(3 - n) % 3) as u8).collect();
-            let q = pack_digits(&codes);
+            // The fifth digit of a qh byte is 0.
+            let codes: [u8; 5] =
+                std::array::from_fn(|n| if n < 4 { (v / 3u16.pow(3 - n as u32) % 3) as u8 } else { 0 });
+            let q = pack_tq1_0_digits(&codes);
             let back: Vec<u8> = (0..4).map(|n| digit(q, n)).collect();
-            assert_eq!(back, codes, "v = {v}, q = {q}");
+            assert_eq!(back, codes[..4], "v = {v}, q = {q}");
         }
     }
 
@@ -197,9 +176,10 @@ mod tests {
     }
 
     #[test]
-    fn encode_round_trips() {
+    fn encoder_round_trips() {
         let trits: [i8; BLOCK_LEN] = std::array::from_fn(|e| [-1i8, 0, 1][(e * 5 + e / 7) % 3]);
-        let block = encode_block(&trits, half::f16::from_f32(3.0));
+        let bytes = crate::quant::encode::encode_tq1_0_row(&trits, half::f16::from_f32(3.0)).expect("one block");
+        let block: [u8; BLOCK_BYTES] = bytes.try_into().expect("one block");
         let mut back = [0i8; BLOCK_LEN];
         assert_eq!(trits_block(&block, &mut back), 3.0);
         assert_eq!(back, trits);

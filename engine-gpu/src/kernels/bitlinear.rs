@@ -1,0 +1,131 @@
+//! BITLINEAR (`bitlinear.wgsl`): per-row int8 activation quantization, then the exact
+//! int8 × ternary product, per the ISA (`isa/src/ops/bitlinear.rs`).
+//!
+//! Every BITLINEAR is two dispatches:
+//! 1. `quantize`, one workgroup of [`WG`] per row of x: writes the int8 activations (four per
+//!    word) and the per-row scale `s` into the program's scratch buffers
+//!    ([`ScratchKey::BitlinearActivations`], [`ScratchKey::BitlinearScales`]). `s` is the
+//!    correctly rounded `127 / max(a, 1e-5)`, computed by integer long division (WGSL's
+//!    float division is only accurate to 2.5 ulp), so it equals the reference's bit for
+//!    bit, and so does every `q` (one correctly rounded multiply, then `round`, which WGSL
+//!    defines as half-to-even). Reads `4nk` bytes, writes `nk + 4n`.
+//! 2. For `n = 1` (decode), `gemv`: one workgroup of [`WG`] per weight row, subgroup
+//!    reductions when the device has them. Reads the repacked ternary weight once:
+//!    `m·k/4` bytes of codes plus `4·m·k/256` bytes of scales (TQ1_0 / TQ2_0; I2_S: 4
+//!    bytes), the `k` bytes of int8 activations (cached), writes `4m`. The 2B model's
+//!    ternary weights are ~0.52 GB at 2 bits, plus ~32 MB of scales for TQ files.
+//!    For `n ≥ 2` (prefill), `tiled`: 64 rows × 32 tokens per workgroup, reading the codes
+//!    `⌈n/32⌉` times and the int8 activations `⌈m/64⌉` times, writing `4nm`.
+//!
+//! The weight is in the ternary layout of `layout.rs` (codes, then scales): one kernel for
+//! TQ1_0, TQ2_0 and I2_S; I2_S (one scale per tensor, so the whole row is one block) is the
+//! `ROW_SCALE` specialization, which sums each row as one exact i32.
+
+use purebee_isa::ops::BitLinear;
+use purebee_memory::DType;
+
+use super::layout::ternary_scales;
+use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use crate::pipelines::PipelineKey;
+use crate::GpuError;
+
+/// Invocations per workgroup of `quantize` and `gemv`.
+pub(crate) const WG: u32 = 64;
+/// Weight rows per workgroup of `tiled`.
+const TILE_M: u32 = 64;
+/// Tokens per workgroup of `tiled`.
+const TILE_N: usize = 32;
+
+/// Mirrors `Params` in `bitlinear.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct Params {
+    pub m: u32,
+    pub k: u32,
+    pub n: u32,
+    pub scale_stride: u32,
+    pub words: u32,
+    pub _pad: [u32; 3],
+}
+
+fn too_large(what: &str) -> GpuError {
+    GpuError::Unsupported { op: "BITLINEAR", what: format!("{what} beyond 32-bit indexing") }
+}
+
+pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, GpuError> {
+    let w = ctx.desc(b.weight)?;
+    let (m, k) = (w.shape.rows(), w.shape.cols());
+    // Tokens from the output [n, m] (x is [n, k], and k may be 0).
+    let n = ctx.desc(b.out)?.shape.numel().checked_div(m).unwrap_or(0);
+    if m == 0 || n == 0 {
+        return Ok(vec![]);
+    }
+    let scales = ternary_scales(w.dtype, k)
+        .ok_or_else(|| GpuError::Unsupported { op: "BITLINEAR", what: format!("{} weights", w.dtype) })?;
+    let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
+    // The kernels index elements of x, out and the weight in u32.
+    u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
+    u(m.checked_mul(k).ok_or_else(|| too_large("the weight"))?, "the weight")?;
+    let params = Params {
+        m: u(m, "the row count")?,
+        k: u(k, "the row length")?,
+        n: u(n, "the token count")?,
+        scale_stride: u(scales.row_stride, "the scale count")?,
+        words: u(k / super::layout::CODES_PER_WORD, "the row length")?,
+        _pad: [0; 3],
+    };
+    let bytes = bytemuck::bytes_of(&params).to_vec();
+    let subgroups = ctx.caps.subgroups;
+    let shader = if subgroups { Shader::BitlinearSubgroup } else { Shader::Bitlinear };
+    let acts = Storage::Scratch(ScratchKey::BitlinearActivations, (n * k) as u64);
+    let act_scales = Storage::Scratch(ScratchKey::BitlinearScales, 4 * n as u64);
+    let row_scale = u32::from(w.dtype == DType::I2_S);
+
+    let quantize = KernelCall {
+        key: PipelineKey { shader, entry: "quantize", constants: vec![("WG", WG)] },
+        params: bytes.clone(),
+        storage: vec![(1, Storage::Tensor(b.x, 0)), (5, acts), (6, act_scales)],
+        workgroups: ctx.grid_1d(n, 1),
+    };
+    // Without an output scale, the weight's scales stand in at binding 4 (read-only, unread).
+    let out_scale = b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0));
+    let constants = vec![("WG", WG), ("ROW_SCALE", row_scale), ("HAS_SCALE", u32::from(b.scale.is_some()))];
+    let storage = vec![
+        (2, Storage::Tensor(b.weight, 0)),
+        (3, Storage::Tensor(b.weight, 1)),
+        (4, out_scale),
+        (5, acts),
+        (6, act_scales),
+        (7, Storage::Tensor(b.out, 0)),
+    ];
+    let product = if n == 1 {
+        KernelCall {
+            key: PipelineKey { shader, entry: "gemv", constants },
+            params: bytes,
+            storage,
+            workgroups: ctx.grid_1d(m, 1),
+        }
+    } else {
+        let mut workgroups = ctx.grid_1d(m, TILE_M);
+        workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
+        if workgroups[2] > ctx.max_workgroups {
+            return Err(too_large("the token count"));
+        }
+        KernelCall {
+            key: PipelineKey { shader: Shader::Bitlinear, entry: "tiled", constants },
+            params: bytes,
+            storage,
+            workgroups,
+        }
+    };
+    Ok(vec![quantize, product])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn params_match_the_wgsl_struct_size() {
+        // `struct Params` in bitlinear.wgsl: eight u32 fields, 32 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 32);
+    }
+}

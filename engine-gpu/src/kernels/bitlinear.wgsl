@@ -1,0 +1,285 @@
+// BITLINEAR: per-row int8 activations × ternary weights, exact integer sums, then the float
+// scaling y = Σ_b d_b · isum_b / s (× scale[0]); see isa/src/ops/bitlinear.rs.
+//
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*).
+//
+// Entry points (one BITLINEAR is `quantize`, then `gemv` or `tiled`):
+// - quantize: one workgroup per row of x. The row's absolute maximum as an integer maximum of
+//   f32 bit patterns (exact; NaN ignored as f32::max does), s = 127 / max(a, 1e-5) by an exact
+//   integer division that yields the correctly rounded f32 quotient (WGSL's `/` may be off
+//   by 2.5 ulp), then q = clamp(round(x · s), −128, 127) (one correctly rounded f32 multiply;
+//   WGSL's round() is round-half-to-even) packed four per word, and s, into scratch buffers.
+// - gemv: one workgroup per (weight row, token): each invocation takes 16-element code words
+//   (one per step, consecutive invocations on consecutive words) and computes their exact
+//   integer dot product with dot4I8Packed. TQ1_0/TQ2_0: d_b · isum of each word is an exact
+//   f32 product (d_b is an f16 widened: 11 significant bits; |isum| ≤ 16 · 128 · 2 = 2^12),
+//   so summing those products in f32 only rounds like the final scaling may. I2_S: the whole
+//   row is one block, summed as an exact i32 and multiplied by d once.
+// - tiled: 64 rows × 32 tokens per workgroup of 256, in steps of 256 columns (one TQ scale
+//   block): codes and activations staged in workgroup memory, exact i32 block sums, then
+//   d_b · isum_b in f32 (TQ) or an i32 row sum (I2_S).
+
+struct Params {
+    // Weight rows.
+    m: u32,
+    // Columns (a multiple of 128).
+    k: u32,
+    // Tokens.
+    n: u32,
+    // Weight scales per row in binding 3 (k / 256 for TQ1_0 / TQ2_0; 0 for I2_S).
+    scale_stride: u32,
+    // Code words per weight row: k / 16.
+    words: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+// quantize: the activations, f32 [n, k].
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+// The weight's codes and scales (kernels/layout.rs, ternary layout).
+@group(0) @binding(2) var<storage, read> codes: array<u32>;
+@group(0) @binding(3) var<storage, read> wscales: array<f32>;
+// The optional output scale (when HAS_SCALE is 0, another read-only buffer stands in, unread).
+@group(0) @binding(4) var<storage, read> out_scale: array<f32>;
+// Scratch: int8 activations [n, k / 4] words, and s [n].
+@group(0) @binding(5) var<storage, read_write> acts: array<u32>;
+@group(0) @binding(6) var<storage, read_write> act_scales: array<f32>;
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+
+// Invocations per workgroup of quantize and gemv (a power of two, ≤ 256).
+override WG: u32 = 64u;
+// 1 for I2_S (one scale per tensor: the row is one block), 0 for TQ1_0 / TQ2_0.
+override ROW_SCALE: u32 = 0u;
+// 1 when the instruction has an output scale.
+override HAS_SCALE: u32 = 0u;
+
+// 1e-5 as f32 bits (0x3727c5ac = 9.99999974738e-6, the f32 nearest 1e-5).
+const EPS_BITS: u32 = 0x3727c5acu;
+
+// The bits of the correctly rounded f32 quotient 127 / max(a, 1e-5), `a_bits` the bits of a
+// non-negative f32 (+inf included). Long division of the 24-bit significands: 127 is
+// 0xfe0000 · 2^-17 and the divisor md · 2^(ed − 150), so the quotient is
+// (0xfe0000 / md) · 2^(133 − ed) with 0xfe0000 / md in (1/2, 2); 26 quotient bits plus the
+// remainder give the 24-bit significand, a round bit and a sticky bit; ties go to even. The
+// result is always normal (the divisor lies in [1e-5, 2^128)).
+fn act_scale_bits(a_bits: u32) -> u32 {
+    let d = max(a_bits, EPS_BITS);
+    if (d >= 0x7f800000u) {
+        return 0u; // 127 / inf = +0
+    }
+    let ed = d >> 23u;
+    let md = (d & 0x7fffffu) | 0x800000u;
+    var r = 0xfe0000u;
+    var q = 0u;
+    for (var i = 0u; i < 26u; i = i + 1u) {
+        q = q << 1u;
+        if (r >= md) {
+            r = r - md;
+            q = q | 1u;
+        }
+        r = r << 1u;
+    }
+    // q = floor(2^25 · 0xfe0000 / md); r ≠ 0 when inexact.
+    var mant: u32;
+    var rnd: u32;
+    var sticky: u32;
+    var e: u32;
+    if (q >= 0x2000000u) {
+        mant = q >> 2u;
+        rnd = (q >> 1u) & 1u;
+        sticky = (q & 1u) | select(0u, 1u, r != 0u);
+        e = 260u - ed; // 133 − ed + 127
+    } else {
+        mant = q >> 1u;
+        rnd = q & 1u;
+        sticky = select(0u, 1u, r != 0u);
+        e = 259u - ed;
+    }
+    if (rnd == 1u && (sticky == 1u || (mant & 1u) == 1u)) {
+        mant = mant + 1u;
+        if (mant == 0x1000000u) {
+            mant = 0x800000u;
+            e = e + 1u;
+        }
+    }
+    return (e << 23u) | (mant & 0x7fffffu);
+}
+
+// clamp(round_half_to_even(v · s), −128, 127), with NaN (or s = 0, which only an infinite
+// maximum gives: inf · 0 is NaN) mapped to 0 as Rust's saturating `as i8` does.
+fn quantize1(v: f32, s: f32, s_bits: u32) -> i32 {
+    if ((bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u || s_bits == 0u) {
+        return 0;
+    }
+    return i32(clamp(round(v * s), -128.0, 127.0));
+}
+
+@compute @workgroup_size(WG)
+fn quantize(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    var mx = 0u;
+    if (row < p.n) {
+        for (var e = ids.lidx; e < p.k; e = e + WG) {
+            var b = bitcast<u32>(x[row * p.k + e]) & 0x7fffffffu;
+            if (b > 0x7f800000u) {
+                b = 0u; // NaN: f32::max ignores it
+            }
+            mx = max(mx, b);
+        }
+    }
+    let s_bits = act_scale_bits(reduce_max_u32(mx, ids));
+    let s = bitcast<f32>(s_bits);
+    if (row < p.n) {
+        let base = row * p.k;
+        for (var wd = ids.lidx; wd < p.k / 4u; wd = wd + WG) {
+            var packed = 0u;
+            for (var b = 0u; b < 4u; b = b + 1u) {
+                let q = quantize1(x[base + 4u * wd + b], s, s_bits);
+                packed = packed | ((bitcast<u32>(q) & 0xffu) << (8u * b));
+            }
+            acts[row * (p.k / 4u) + wd] = packed;
+        }
+        if (ids.lidx == 0u) {
+            act_scales[row] = s;
+        }
+    }
+}
+
+// Σ q·t over the 16 elements of code word `c` and activation words a0..a3 (elements 4j..4j+3
+// in word aj): Σ q·code − Σ q, since t = code − 1. Exact (|result| ≤ 16 · 128 · 2).
+fn dot16(c: u32, a0: u32, a1: u32, a2: u32, a3: u32) -> i32 {
+    let ones = 0x01010101u;
+    let m = 0x03030303u;
+    let qc = dot4I8Packed(a0, c & m) + dot4I8Packed(a1, (c >> 2u) & m) + dot4I8Packed(a2, (c >> 4u) & m)
+        + dot4I8Packed(a3, (c >> 6u) & m);
+    let sq = dot4I8Packed(a0, ones) + dot4I8Packed(a1, ones) + dot4I8Packed(a2, ones) + dot4I8Packed(a3, ones);
+    return qc - sq;
+}
+
+// y / s, times the output scale when there is one.
+fn finish(y: f32, tok: u32) -> f32 {
+    var r = y / act_scales[tok];
+    if (HAS_SCALE == 1u) {
+        r = r * out_scale[0];
+    }
+    return r;
+}
+
+@compute @workgroup_size(WG)
+fn gemv(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let tok = ids.wid.z;
+    var facc = 0.0;
+    var iacc = 0i;
+    if (row < p.m) {
+        let cb = row * p.words;
+        let ab = tok * (p.k / 4u);
+        for (var wi = ids.lidx; wi < p.words; wi = wi + WG) {
+            let a = ab + 4u * wi;
+            let part = dot16(codes[cb + wi], acts[a], acts[a + 1u], acts[a + 2u], acts[a + 3u]);
+            if (ROW_SCALE == 1u) {
+                iacc = iacc + part;
+            } else {
+                // Word wi lies in scale block wi / 16 (256 elements); the product is exact.
+                facc = facc + wscales[row * p.scale_stride + wi / 16u] * f32(part);
+            }
+        }
+    }
+    var y: f32;
+    if (ROW_SCALE == 1u) {
+        y = f32(reduce_add_i32(iacc, ids)) * wscales[0];
+    } else {
+        y = reduce_add_f32(facc, ids);
+    }
+    if (row < p.m && ids.lidx == 0u) {
+        out[tok * p.m + row] = finish(y, tok);
+    }
+}
+
+const TM: u32 = 64u;
+const TN: u32 = 32u;
+// Code words per step (256 columns).
+const TKW: u32 = 16u;
+
+// Code tile, transposed: ct[w · TM + r]; activation tile, transposed: at[aw · TN + t].
+var<workgroup> ct: array<u32, 1024>;
+var<workgroup> at: array<u32, 2048>;
+
+@compute @workgroup_size(256)
+fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row0 = (wid.y * nwg.x + wid.x) * TM;
+    let tok0 = wid.z * TN;
+    // Outputs: rows row0 + tr + 16i (i < 4), tokens tok0 + tt + 16j (j < 2).
+    let tr = lidx % 16u;
+    let tt = lidx / 16u;
+    let kw = p.k / 4u; // activation words per token
+    var facc: array<f32, 8>;
+    var iacc: array<i32, 8>;
+    for (var w0 = 0u; w0 < p.words; w0 = w0 + TKW) {
+        // Stage 64 rows × 16 code words and 32 tokens × 64 activation words; past the edges,
+        // zeros (activation 0 contributes 0 whatever the code).
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            let idx = lidx + 256u * q;
+            let r = idx / TKW;
+            let cw = idx % TKW;
+            var c = 0u;
+            if (row0 + r < p.m && w0 + cw < p.words) {
+                c = codes[(row0 + r) * p.words + w0 + cw];
+            }
+            ct[cw * TM + r] = c;
+        }
+        for (var q = 0u; q < 8u; q = q + 1u) {
+            let idx = lidx + 256u * q;
+            let t = idx / 64u;
+            let aw = idx % 64u;
+            var a = 0u;
+            if (tok0 + t < p.n && 4u * w0 + aw < kw) {
+                a = acts[(tok0 + t) * kw + 4u * w0 + aw];
+            }
+            at[aw * TN + t] = a;
+        }
+        workgroupBarrier();
+        var isum: array<i32, 8>;
+        for (var cw = 0u; cw < TKW; cw = cw + 1u) {
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let c = ct[cw * TM + tr + 16u * i];
+                for (var j = 0u; j < 2u; j = j + 1u) {
+                    let t = tt + 16u * j;
+                    let a = 4u * cw * TN + t;
+                    isum[2u * i + j] = isum[2u * i + j]
+                        + dot16(c, at[a], at[a + TN], at[a + 2u * TN], at[a + 3u * TN]);
+                }
+            }
+        }
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            let r = min(row0 + tr + 16u * i, p.m - 1u);
+            for (var j = 0u; j < 2u; j = j + 1u) {
+                if (ROW_SCALE == 1u) {
+                    iacc[2u * i + j] = iacc[2u * i + j] + isum[2u * i + j];
+                } else {
+                    let d = wscales[r * p.scale_stride + w0 / TKW];
+                    facc[2u * i + j] = facc[2u * i + j] + d * f32(isum[2u * i + j]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        for (var j = 0u; j < 2u; j = j + 1u) {
+            let r = row0 + tr + 16u * i;
+            let t = tok0 + tt + 16u * j;
+            if (r < p.m && t < p.n) {
+                var y: f32;
+                if (ROW_SCALE == 1u) {
+                    y = f32(iacc[2u * i + j]) * wscales[0];
+                } else {
+                    y = facc[2u * i + j];
+                }
+                out[t * p.m + r] = finish(y, t);
+            }
+        }
+    }
+}

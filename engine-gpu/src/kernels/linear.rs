@@ -1,0 +1,133 @@
+//! LINEAR (`linear.wgsl`): `out[n, m] = x[n, k] · W[m, k]ᵀ` for F32, F16, BF16, Q4_0, Q4_1,
+//! Q8_0 and the ternary types (decoded as `t · d`), f32 accumulation.
+//!
+//! Two kernels, chosen by the token count:
+//! - `n = 1` (decode, memory-bound): `gemv`, one workgroup of [`GEMV_WG`] invocations per
+//!   output row, with subgroup reductions when the device has them (`Shader::LinearSubgroup`)
+//!   and workgroup-memory reductions otherwise (`Shader::Linear`). Reads every weight byte
+//!   exactly once: `m · row_bytes(k)` bytes (the 2B model's F16 LM head: 128256 · 2560 · 2 =
+//!   657 MB; a Q4_1 [1536, 576] projection: 1536 · 18 · 20 = 553 KB), plus the `4k` bytes of x
+//!   (from cache after the first workgroups), and writes `4m`.
+//! - `n ≥ 2` (prefill): `tiled`, 64 rows × 32 tokens per workgroup of 256. Reads the weights
+//!   `⌈n / 32⌉` times (`⌈n/32⌉ · m · row_bytes(k)`), x `⌈m / 64⌉` times, writes `4nm`.
+//!
+//! Weight layouts are those of `layout.rs`: the file's bytes for every dtype but the ternary
+//! ones, whose codes and scales are two parts (bindings 2 and 3).
+//!
+//! F16 values (weights and block scales) are widened with `unpack2x16float`. A device that
+//! flushed f16 subnormals there would read weights below 2⁻¹⁴ as 0; lavapipe keeps them (the
+//! tests draw about one F16 weight in eight subnormal).
+
+use purebee_isa::ops::Linear;
+use purebee_memory::DType;
+
+use super::layout::ternary_scales;
+use super::{KernelCall, RecordCtx, Shader, Storage};
+use crate::pipelines::PipelineKey;
+use crate::GpuError;
+
+/// Invocations per workgroup of `gemv`.
+pub(crate) const GEMV_WG: u32 = 64;
+/// Weight rows per workgroup of `tiled`.
+const TILE_M: u32 = 64;
+/// Tokens per workgroup of `tiled`.
+const TILE_N: usize = 32;
+
+/// Mirrors `Params` in `linear.wgsl`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct Params {
+    pub m: u32,
+    pub k: u32,
+    pub n: u32,
+    pub row_bytes: u32,
+    pub scale_stride: u32,
+    pub scale_block: u32,
+    pub _pad: [u32; 2],
+}
+
+/// `DTYPE` in `linear.wgsl`, or `None` for a dtype LINEAR does not take.
+fn dtype_code(d: DType) -> Option<u32> {
+    Some(match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::Q4_0 => 3,
+        DType::Q4_1 => 4,
+        DType::Q8_0 => 5,
+        DType::TQ1_0 | DType::TQ2_0 | DType::I2_S => 6,
+        _ => return None,
+    })
+}
+
+fn too_large(what: &str) -> GpuError {
+    GpuError::Unsupported { op: "LINEAR", what: format!("{what} beyond 32-bit indexing") }
+}
+
+pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, GpuError> {
+    let w = ctx.desc(l.weight)?;
+    let (m, k) = (w.shape.rows(), w.shape.cols());
+    // Tokens from the output [n, m] (x is [n, k], and k may be 0).
+    let n = ctx.desc(l.out)?.shape.numel().checked_div(m).unwrap_or(0);
+    if m == 0 || n == 0 {
+        return Ok(vec![]);
+    }
+    let code = dtype_code(w.dtype)
+        .ok_or_else(|| GpuError::Unsupported { op: "LINEAR", what: format!("{} weights", w.dtype) })?;
+    let scales = ternary_scales(w.dtype, k);
+    let row_bytes = w.dtype.row_bytes(k).ok_or_else(|| too_large("the weight row"))?;
+    let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
+    let params = Params {
+        m: u(m, "the row count")?,
+        k: u(k, "the row length")?,
+        n: u(n, "the token count")?,
+        row_bytes: u(row_bytes, "the row size")?,
+        scale_stride: u(scales.map_or(0, |s| s.row_stride), "the scale count")?,
+        scale_block: u(scales.map_or(1, |s| s.block), "the scale block")?,
+        _pad: [0; 2],
+    };
+    // The kernels index elements and bytes of every operand in u32.
+    u(m.checked_mul(k.max(row_bytes)).ok_or_else(|| too_large("the weight"))?, "the weight")?;
+    u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
+    let storage = vec![
+        (1, Storage::Tensor(l.x, 0)),
+        (2, Storage::Tensor(l.weight, 0)),
+        (3, Storage::Tensor(l.weight, usize::from(scales.is_some()))),
+        (4, Storage::Tensor(l.out, 0)),
+    ];
+    let call = if n == 1 {
+        let shader = if ctx.caps.subgroups { Shader::LinearSubgroup } else { Shader::Linear };
+        KernelCall {
+            key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
+            params: bytemuck::bytes_of(&params).to_vec(),
+            storage,
+            workgroups: ctx.grid_1d(m, 1),
+        }
+    } else {
+        let mut workgroups = ctx.grid_1d(m, TILE_M);
+        workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
+        if workgroups[2] > ctx.max_workgroups {
+            return Err(too_large("the token count"));
+        }
+        KernelCall {
+            key: PipelineKey {
+                shader: Shader::Linear,
+                entry: "tiled",
+                constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
+            },
+            params: bytemuck::bytes_of(&params).to_vec(),
+            storage,
+            workgroups,
+        }
+    };
+    Ok(vec![call])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn params_match_the_wgsl_struct_size() {
+        // `struct Params` in linear.wgsl: eight u32 fields, 32 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 32);
+    }
+}

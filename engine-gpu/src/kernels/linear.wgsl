@@ -1,0 +1,264 @@
+// LINEAR: out[t, j] = Σ_i x[t, i] · W[j, i], weights decoded from their GPU layout
+// (kernels/layout.rs) exactly as memory::quant decodes them, products summed in f32.
+//
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32).
+//
+// Entry points:
+// - gemv: one workgroup of WG invocations per output row and token (z); the invocations
+//   stride over the row in chunks of 8 elements (consecutive invocations, consecutive
+//   chunks: coalesced), then reduce. Each weight byte is read once. For n = 1 (decode).
+// - tiled: 64 rows × 32 tokens per workgroup of 256; each 32-column step decodes a 64 × 32
+//   weight tile and a 32 × 32 activation tile into workgroup memory, and each invocation
+//   accumulates 4 rows × 2 tokens. Each weight tile is read once per 32 tokens (prefill).
+//
+// The dtype is the override DTYPE, so each dtype is its own pipeline without a branch per
+// element. Decoding is exact (f16/bf16 widening; code · d with small integer codes and f16
+// d; Q4_1's code · d + m, whose product is exact so one rounding either way, fused or not),
+// so the weights equal the reference's f32 weights bit for bit; only the summation differs.
+
+struct Params {
+    // Weight rows (outputs per token).
+    m: u32,
+    // Columns (elements per row).
+    k: u32,
+    // Tokens (rows of x).
+    n: u32,
+    // Bytes per weight row in the file layout (Q4_0, Q4_1, Q8_0).
+    row_bytes: u32,
+    // Ternary: scales per row in binding 3 (0 for I2_S's one scale).
+    scale_stride: u32,
+    // Ternary: elements per scale block.
+    scale_block: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+// Ternary scales (part 1 of the ternary layout); other dtypes bind part 0 here, unread.
+@group(0) @binding(3) var<storage, read> ws: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+// Invocations per workgroup of gemv (a power of two, ≤ 256).
+override WG: u32 = 64u;
+// The weight dtype: one of the DT_* below.
+override DTYPE: u32 = 0u;
+
+const DT_F32: u32 = 0u;
+const DT_F16: u32 = 1u;
+const DT_BF16: u32 = 2u;
+const DT_Q4_0: u32 = 3u;
+const DT_Q4_1: u32 = 4u;
+const DT_Q8_0: u32 = 5u;
+const DT_TERNARY: u32 = 6u;
+
+// The 16 bits at byte offset `off` (even) of the weight buffer.
+fn half_at(off: u32) -> u32 {
+    return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+}
+
+// The f16 at byte offset `off` (even), widened.
+fn f16_at(off: u32) -> f32 {
+    return unpack2x16float(half_at(off)).x;
+}
+
+// The 4 bytes at byte offset `off` (even; blocks of 18, 20 and 34 bytes keep their fields on
+// 2-byte boundaries), from one word or two.
+fn word_at(off: u32) -> u32 {
+    let i = off >> 2u;
+    if ((off & 2u) == 0u) {
+        return w[i];
+    }
+    return (w[i] >> 16u) | (w[i + 1u] << 16u);
+}
+
+// Element `idx` of the flattened tensor, for the plain dtypes.
+fn plain_at(idx: u32) -> f32 {
+    if (DTYPE == DT_F32) {
+        return bitcast<f32>(w[idx]);
+    }
+    let h = (w[idx >> 1u] >> ((idx & 1u) * 16u)) & 0xffffu;
+    if (DTYPE == DT_F16) {
+        return unpack2x16float(h).x;
+    }
+    return bitcast<f32>(h << 16u);
+}
+
+// Elements e0 .. e0 + 8 of weight row `row` (e0 a multiple of 8), decoded; elements at or
+// past k (plain dtypes, whose rows need not be whole chunks) are 0.
+fn load8(row: u32, e0: u32) -> array<f32, 8> {
+    var v: array<f32, 8>;
+    if (DTYPE <= DT_BF16) {
+        let base = row * p.k + e0;
+        if (e0 + 8u <= p.k && (base & 7u) == 0u) {
+            // Whole, aligned chunk: 8 words (f32) or 4 words (halves).
+            if (DTYPE == DT_F32) {
+                for (var i = 0u; i < 8u; i = i + 1u) {
+                    v[i] = bitcast<f32>(w[base + i]);
+                }
+            } else {
+                for (var i = 0u; i < 4u; i = i + 1u) {
+                    let h = w[base / 2u + i];
+                    if (DTYPE == DT_F16) {
+                        let f = unpack2x16float(h);
+                        v[2u * i] = f.x;
+                        v[2u * i + 1u] = f.y;
+                    } else {
+                        v[2u * i] = bitcast<f32>(h << 16u);
+                        v[2u * i + 1u] = bitcast<f32>(h & 0xffff0000u);
+                    }
+                }
+            }
+        } else {
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                if (e0 + i < p.k) {
+                    v[i] = plain_at(base + i);
+                }
+            }
+        }
+        return v;
+    }
+    if (DTYPE == DT_TERNARY) {
+        // Word (row·k + e0) / 16; e0 % 16 is 0 or 8: fields j = 0, 1 or 2, 3 (shift 4).
+        let cw = w[(row * p.k + e0) / 16u] >> ((e0 & 8u) / 2u);
+        let d = ws[row * p.scale_stride + e0 / p.scale_block];
+        for (var i = 0u; i < 8u; i = i + 1u) {
+            let c = (cw >> (8u * (i & 3u) + 2u * (i / 4u))) & 3u;
+            v[i] = f32(i32(c) - 1) * d;
+        }
+        return v;
+    }
+    let blk = e0 / 32u;
+    let j = e0 % 32u;
+    if (DTYPE == DT_Q8_0) {
+        // f16 d, then 32 int8 codes.
+        let off = row * p.row_bytes + blk * 34u;
+        let d = f16_at(off);
+        let a = bitcast<i32>(word_at(off + 2u + j));
+        let b = bitcast<i32>(word_at(off + 6u + j));
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            v[i] = f32(extractBits(a, 8u * i, 8u)) * d;
+            v[i + 4u] = f32(extractBits(b, 8u * i, 8u)) * d;
+        }
+        return v;
+    }
+    // Q4_0 (f16 d, 16 bytes) and Q4_1 (f16 d, f16 m, 16 bytes): element i < 16 is the low
+    // nibble of byte i, element i + 16 the high nibble.
+    var off: u32;
+    if (DTYPE == DT_Q4_0) {
+        off = row * p.row_bytes + blk * 18u;
+    } else {
+        off = row * p.row_bytes + blk * 20u;
+    }
+    let d = f16_at(off);
+    var q = off + 2u;
+    var mn = 0.0;
+    if (DTYPE == DT_Q4_1) {
+        mn = f16_at(off + 2u);
+        q = off + 4u;
+    }
+    let a = word_at(q + (j & 15u));
+    let b = word_at(q + (j & 15u) + 4u);
+    let shift = select(0u, 4u, j >= 16u);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let ca = (a >> (8u * i + shift)) & 15u;
+        let cb = (b >> (8u * i + shift)) & 15u;
+        if (DTYPE == DT_Q4_0) {
+            v[i] = f32(i32(ca) - 8) * d;
+            v[i + 4u] = f32(i32(cb) - 8) * d;
+        } else {
+            v[i] = f32(ca) * d + mn;
+            v[i + 4u] = f32(cb) * d + mn;
+        }
+    }
+    return v;
+}
+
+@compute @workgroup_size(WG)
+fn gemv(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let tok = ids.wid.z;
+    var acc = 0.0;
+    if (row < p.m) {
+        let xb = tok * p.k;
+        let chunks = (p.k + 7u) / 8u;
+        for (var c = ids.lidx; c < chunks; c = c + WG) {
+            let e0 = c * 8u;
+            let v = load8(row, e0);
+            for (var i = 0u; i < 8u; i = i + 1u) {
+                if (e0 + i < p.k) {
+                    acc = acc + x[xb + e0 + i] * v[i];
+                }
+            }
+        }
+    }
+    // Every invocation reaches the reduction (uniform control flow), rows past m included.
+    let total = reduce_add_f32(acc, ids);
+    if (row < p.m && ids.lidx == 0u) {
+        out[tok * p.m + row] = total;
+    }
+}
+
+const TM: u32 = 64u;
+const TN: u32 = 32u;
+const TK: u32 = 32u;
+
+// The weight tile, transposed: wt[kk · TM + r] (consecutive rows in consecutive words, so
+// the 16 invocations that read one kk read 16 consecutive words).
+var<workgroup> wt: array<f32, 2048>;
+// The activation tile, transposed: xt[kk · TN + t].
+var<workgroup> xt: array<f32, 1024>;
+
+@compute @workgroup_size(256)
+fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row0 = (wid.y * nwg.x + wid.x) * TM;
+    let tok0 = wid.z * TN;
+    // This invocation's outputs: rows row0 + tr + 16i (i < 4), tokens tok0 + tt + 16j (j < 2).
+    let tr = lidx % 16u;
+    let tt = lidx / 16u;
+    // Its share of the weight tile: row lr, columns lc .. lc + 8.
+    let lr = lidx / 4u;
+    let lc = (lidx % 4u) * 8u;
+    var acc: array<f32, 8>;
+    for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
+        var v: array<f32, 8>;
+        if (row0 + lr < p.m) {
+            v = load8(row0 + lr, k0 + lc);
+        }
+        for (var i = 0u; i < 8u; i = i + 1u) {
+            wt[(lc + i) * TM + lr] = v[i];
+        }
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            let idx = lidx + 256u * q;
+            let t = idx / TK;
+            let kk = idx % TK;
+            var xv = 0.0;
+            if (tok0 + t < p.n && k0 + kk < p.k) {
+                xv = x[(tok0 + t) * p.k + k0 + kk];
+            }
+            xt[kk * TN + t] = xv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < TK; kk = kk + 1u) {
+            let b0 = xt[kk * TN + tt];
+            let b1 = xt[kk * TN + tt + 16u];
+            for (var i = 0u; i < 4u; i = i + 1u) {
+                let a = wt[kk * TM + tr + 16u * i];
+                acc[2u * i] = acc[2u * i] + a * b0;
+                acc[2u * i + 1u] = acc[2u * i + 1u] + a * b1;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        for (var j = 0u; j < 2u; j = j + 1u) {
+            let r = row0 + tr + 16u * i;
+            let t = tok0 + tt + 16u * j;
+            if (r < p.m && t < p.n) {
+                out[t * p.m + r] = acc[2u * i + j];
+            }
+        }
+    }
+}

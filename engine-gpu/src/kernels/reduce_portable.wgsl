@@ -1,0 +1,64 @@
+// Workgroup reductions in workgroup memory (no subgroup operations): the portable prelude of
+// linear.wgsl and bitlinear.wgsl (Shader::Linear, Shader::Bitlinear). reduce_subgroup.wgsl
+// defines the same names with subgroup operations; the kernel file that follows uses only
+// `Ids` and the reduce_* functions, and defines the override WG (a power of two, ≤ 256).
+//
+// Every reduce_* function must be called by the whole workgroup in uniform control flow; it
+// returns the result to every invocation and leaves the workgroup memory free for the next
+// call (a barrier after the final read).
+
+// The builtins a kernel entry point takes (subgroup builtins only in the subgroup prelude).
+struct Ids {
+    @builtin(local_invocation_index) lidx: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+}
+
+var<workgroup> red_f: array<f32, 256>;
+var<workgroup> red_u: array<u32, 256>;
+
+// Σ v over the workgroup, as a tree (pairs at distance WG/2, WG/4, ...).
+fn reduce_add_f32(v: f32, ids: Ids) -> f32 {
+    red_f[ids.lidx] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (ids.lidx < s) {
+            red_f[ids.lidx] = red_f[ids.lidx] + red_f[ids.lidx + s];
+        }
+        workgroupBarrier();
+    }
+    let r = red_f[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Σ v over the workgroup in exact two's-complement integer arithmetic.
+fn reduce_add_i32(v: i32, ids: Ids) -> i32 {
+    red_u[ids.lidx] = bitcast<u32>(v);
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (ids.lidx < s) {
+            red_u[ids.lidx] = red_u[ids.lidx] + red_u[ids.lidx + s];
+        }
+        workgroupBarrier();
+    }
+    let r = bitcast<i32>(red_u[0]);
+    workgroupBarrier();
+    return r;
+}
+
+// max v over the workgroup.
+fn reduce_max_u32(v: u32, ids: Ids) -> u32 {
+    red_u[ids.lidx] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (ids.lidx < s) {
+            red_u[ids.lidx] = max(red_u[ids.lidx], red_u[ids.lidx + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red_u[0];
+    workgroupBarrier();
+    return r;
+}
+
