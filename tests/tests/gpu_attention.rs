@@ -172,7 +172,7 @@ fn case(rows: std::ops::RangeInclusive<usize>, spare: std::ops::RangeInclusive<u
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
     #[test]
     fn decode_matches_the_reference(c in case(1..=1, 0..=4200)) {

@@ -60,7 +60,7 @@ fn case() -> impl Strategy<Value = (usize, usize, usize, Vec<u32>, Vec<u32>, Vec
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn kv_write_matches_the_reference_bit_for_bit((n, w, n_ctx, src, init, positions) in case()) {
