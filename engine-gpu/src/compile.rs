@@ -58,8 +58,7 @@ pub(crate) fn compile(
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    let rctx =
-        RecordCtx { reg, program, caps: ctx.caps, max_workgroups: ctx.limits.max_compute_workgroups_per_dimension };
+    let rctx = RecordCtx { reg, caps: ctx.caps, max_workgroups: ctx.limits.max_compute_workgroups_per_dimension };
     let mut steps = Vec::new();
     let mut bound = Vec::new();
     let mut bind = |store: &mut TensorStore, id: TensorId| -> Result<(), GpuError> {

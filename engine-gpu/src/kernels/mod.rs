@@ -149,11 +149,11 @@ pub(crate) struct KernelCall {
     pub workgroups: [u32; 3],
 }
 
-/// What a dispatcher may look at: tensor descriptions, the adapter's capabilities and
-/// limits, and the program (to turn run-time arguments into parameter slots).
+/// What a dispatcher may look at: tensor descriptions and the adapter's capabilities and
+/// limits. (Run-time arguments become parameter slots without the program: a `ParamId` is
+/// already the slot.)
 pub(crate) struct RecordCtx<'a> {
     pub reg: &'a Registry,
-    pub program: &'a Program,
     pub caps: Capabilities,
     pub max_workgroups: u32,
 }
