@@ -4,10 +4,12 @@
 //!
 //! Tolerances: add, mul and relu2 are one or two correctly rounded f32 operations in both
 //! engines (the reference computes relu2 in f64 and rounds once, which is the same value
-//! as squaring an f32 exactly rounded), so they must agree exactly. SILU and GELU use
-//! `exp`/`tanh`, which WGSL allows to be off by a few ulp (`exp`: 3 + 2·|x| ulp), plus a
-//! division (2.5 ulp): 1e-5 relative covers that with margin for |x| ≤ 8, and 1e-6
-//! absolute covers results near zero where relative error is meaningless.
+//! as squaring an f32 exactly rounded), so they must agree exactly. SILU computes its own
+//! e^x to about one ulp (`exp_accurate` in `elementwise.wgsl`), then one add and one division
+//! (WGSL allows 2.5 ulp for the division): 4 ulp relative (2.4e-7), plus 1e-37 absolute for
+//! results that underflow to subnormals. Measured on lavapipe over 200,000 points in
+//! [−12, 12]: at most 2 ulp. GELU uses WGSL's `tanh`, which may be off by a few ulp more,
+//! and a cubic: 1e-5 relative for |x| ≤ 8, and 1e-6 absolute for results near zero.
 
 use proptest::prelude::*;
 use purebee_isa::{DType, ProgramBuilder};
@@ -44,7 +46,8 @@ fn check(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String>
     let what = format!("{op:?} n={n} in_place={in_place}");
     let (tol_abs, tol_rel) = match op {
         Op::Add | Op::Mul | Op::Relu2 => (0.0, 0.0),
-        Op::Silu | Op::Gelu => (1e-6, 1e-5),
+        Op::Silu => (1e-37, 2.4e-7),
+        Op::Gelu => (1e-6, 1e-5),
     };
     assert_close(&f32s(&gpu[0]), &f32s(&reference[0]), tol_abs, tol_rel, &what)
 }

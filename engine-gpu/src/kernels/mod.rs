@@ -18,7 +18,7 @@ pub(crate) mod rope;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
 
-use purebee_isa::{F32Arg, Instruction, Program, U32Arg};
+use purebee_isa::{F32Arg, Instruction, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
 
 use crate::context::Capabilities;
