@@ -58,7 +58,12 @@ pub(crate) fn compile(
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    let rctx = RecordCtx { reg, caps: ctx.caps, max_workgroups: ctx.limits.max_compute_workgroups_per_dimension };
+    let rctx = RecordCtx {
+        reg,
+        caps: ctx.caps,
+        max_workgroups: ctx.limits.max_compute_workgroups_per_dimension,
+        max_binding: ctx.max_binding(),
+    };
     let mut steps = Vec::new();
     let mut bound = Vec::new();
     let mut bind = |store: &mut TensorStore, id: TensorId| -> Result<(), GpuError> {
@@ -129,24 +134,40 @@ pub(crate) fn compile(
                         usage: wgpu::BufferUsages::UNIFORM,
                     });
                     for (_, s) in &call.storage {
-                        if let Storage::Tensor(id, _) = s {
+                        if let Storage::Tensor(id, _) | Storage::TensorRange(id, ..) = s {
                             bind(store, *id)?;
                         }
                     }
                     let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() }];
                     for &(binding, s) in &call.storage {
-                        let buffer = match s {
-                            Storage::RunParams => &run_params,
-                            Storage::Tensor(id, part) => {
-                                store.get(id).and_then(|t| t.parts.get(part)).ok_or_else(|| {
-                                    GpuError::Wgpu(format!("{}: missing buffer part {part}", other.name()))
-                                })?
-                            }
-                            Storage::Scratch(key, _) => scratch.get(&key).ok_or_else(|| {
-                                GpuError::Wgpu(format!("{}: missing scratch buffer {key:?}", other.name()))
-                            })?,
+                        let part = |id: TensorId, part: usize| {
+                            store
+                                .get(id)
+                                .and_then(|t| t.parts.get(part))
+                                .ok_or_else(|| GpuError::Wgpu(format!("{}: missing buffer part {part}", other.name())))
                         };
-                        entries.push(wgpu::BindGroupEntry { binding, resource: buffer.as_entire_binding() });
+                        let (buffer, window) = match s {
+                            Storage::RunParams => (&run_params, None),
+                            Storage::Tensor(id, p) => (part(id, p)?, None),
+                            Storage::TensorRange(id, p, offset, size) => (part(id, p)?, Some((offset, size))),
+                            Storage::Scratch(key, _) => (
+                                scratch.get(&key).ok_or_else(|| {
+                                    GpuError::Wgpu(format!("{}: missing scratch buffer {key:?}", other.name()))
+                                })?,
+                                None,
+                            ),
+                        };
+                        let (offset, size) = window.unwrap_or((0, buffer.size()));
+                        if size > ctx.max_binding() {
+                            let tensor = match s {
+                                Storage::Tensor(id, _) | Storage::TensorRange(id, ..) => reg.name(id).to_string(),
+                                _ => format!("{} scratch", other.name()),
+                            };
+                            return Err(GpuError::TooLarge { tensor, bytes: size, limit: ctx.max_binding() });
+                        }
+                        let size = std::num::NonZeroU64::new(size.max(4));
+                        let resource = wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size });
+                        entries.push(wgpu::BindGroupEntry { binding, resource });
                     }
                     let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some(other.name()),

@@ -13,11 +13,15 @@ pub struct GpuOptions {
     /// Use subgroup operations when the adapter has them. `false` forces the portable
     /// kernels (as does the environment variable `PUREBEE_GPU_PORTABLE=1`).
     pub use_subgroups: bool,
+    /// Caps the bytes one binding may address below the adapter's limit. Tensors larger than
+    /// a binding are bound as row windows; tests set a small cap to exercise that path
+    /// without allocating hundreds of megabytes.
+    pub max_binding: Option<u64>,
 }
 
 impl Default for GpuOptions {
     fn default() -> GpuOptions {
-        GpuOptions { allow_cpu_adapter: true, use_subgroups: true }
+        GpuOptions { allow_cpu_adapter: true, use_subgroups: true, max_binding: None }
     }
 }
 
@@ -37,6 +41,8 @@ pub struct GpuContext {
     pub(crate) info: wgpu::AdapterInfo,
     pub(crate) limits: wgpu::Limits,
     pub(crate) caps: Capabilities,
+    /// `GpuOptions::max_binding`.
+    binding_cap: Option<u64>,
     /// Validation, out-of-memory and device-lost errors, collected instead of panicking.
     errors: Arc<Mutex<Vec<String>>>,
 }
@@ -90,7 +96,7 @@ impl GpuContext {
             }
         });
         let caps = Capabilities { subgroups, min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 } };
-        Ok(GpuContext { device, queue, info, limits, caps, errors })
+        Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, errors })
     }
 
     /// The adapter's name, backend and type, for messages.
@@ -103,9 +109,16 @@ impl GpuContext {
         self.caps
     }
 
+    /// The largest buffer the device can hold (a tensor larger than one binding is bound as
+    /// several windows).
+    pub(crate) fn max_buffer(&self) -> u64 {
+        self.limits.max_buffer_size
+    }
+
     /// The largest buffer one binding may address.
     pub(crate) fn max_binding(&self) -> u64 {
-        self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size)
+        let limit = self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
+        self.binding_cap.map_or(limit, |cap| cap.min(limit))
     }
 
     /// Fails with the first error wgpu reported since the last check.

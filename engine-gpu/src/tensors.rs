@@ -76,12 +76,10 @@ impl TensorStore {
             let mut buffers = Vec::with_capacity(parts.len());
             for (i, part) in parts.iter().enumerate() {
                 let size = part.size();
-                if size > ctx.max_binding() {
-                    return Err(GpuError::TooLarge {
-                        tensor: desc.name.clone(),
-                        bytes: size,
-                        limit: ctx.max_binding(),
-                    });
+                // Larger than one binding is fine (kernels that take big weights bind row
+                // windows); larger than the device's largest buffer is not.
+                if size > ctx.max_buffer() {
+                    return Err(GpuError::TooLarge { tensor: desc.name.clone(), bytes: size, limit: ctx.max_buffer() });
                 }
                 let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some(&format!("{}#{i}", desc.name)),

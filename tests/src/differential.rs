@@ -52,6 +52,14 @@ pub fn portable_pair() -> MutexGuard<'static, Pair> {
     lock(PAIR.get_or_init(|| new_pair(GpuOptions { use_subgroups: false, ..GpuOptions::default() })))
 }
 
+/// A pair whose GPU engine may bind at most 256 KiB at once, so that tensors of a few
+/// hundred KiB take the windowed path that the 2B model's 657 MB embedding takes on a real
+/// device (`max_storage_buffer_binding_size` is 128 MiB on lavapipe).
+pub fn windowed_pair() -> MutexGuard<'static, Pair> {
+    static PAIR: OnceLock<Mutex<Pair>> = OnceLock::new();
+    lock(PAIR.get_or_init(|| new_pair(GpuOptions { max_binding: Some(256 * 1024), ..GpuOptions::default() })))
+}
+
 /// [`pair`] when `portable` is false, [`portable_pair`] when it is true.
 pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
     if portable {

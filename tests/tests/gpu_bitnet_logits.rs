@@ -36,7 +36,9 @@ fn ternary_models_match_the_f64_reference_and_the_reference_engine() {
     if gpu_tests_skipped() {
         return;
     }
-    for model in ["tiny_b158_i2_s", "tiny_b158_tq2_0", "tiny_b158_tq1_0", "tiny_bitnet_tq2_0", "tiny_bitnet_tq2_0_scaletensors"] {
+    for model in
+        ["tiny_b158_i2_s", "tiny_b158_tq2_0", "tiny_b158_tq1_0", "tiny_bitnet_tq2_0", "tiny_bitnet_tq2_0_scaletensors"]
+    {
         check_ternary_model(model, gpu(), false);
         let (g, r) = (case_logits(model, gpu()), case_logits(model, RefEngine::new()));
         for (c, (g, r)) in CASES.iter().zip(g.iter().zip(&r)) {

@@ -37,7 +37,9 @@ pub(crate) struct Params {
     pub row_bytes: u32,
     /// I2_S: the word index of the scale (0 otherwise).
     pub scale_block: u32,
-    pub _pad: [u32; 3],
+    pub row0: u32,
+    pub window_rows: u32,
+    pub _pad: u32,
 }
 
 /// The `DTYPE` override constant of `embed.wgsl` for a table dtype, or `None` for a dtype
@@ -72,30 +74,53 @@ pub(crate) fn record(ctx: &RecordCtx, e: &Embed) -> Result<Vec<KernelCall>, GpuE
         return Ok(vec![]);
     }
     u32_of(table_bytes, "a table of bytes")?;
-    let params = Params {
-        total: u32_of(total, "an output of elements")?,
-        cols: u32_of(cols, "a row")?,
-        vocab: u32_of(vocab, "a vocabulary")?,
-        row_bytes: u32_of(row_bytes, "a row of bytes")?,
-        scale_block: match table.dtype {
-            DType::TQ1_0 | DType::TQ2_0 => 256,
-            _ => 0,
-        },
-        _pad: [0; 3],
-    };
-    let t = |id| Storage::Tensor(id, 0);
-    Ok(vec![KernelCall {
-        key: PipelineKey { shader: Shader::Embed, entry: "embed", constants: vec![("WG", WG), ("DTYPE", code)] },
-        params: bytemuck::bytes_of(&params).to_vec(),
+    // Bytes per table row of each part: the file's blocks, or (ternary) the codes and the TQ
+    // scales (I2_S's one scale is bound whole).
+    let ternary = table.dtype.is_ternary();
+    let tq = matches!(table.dtype, DType::TQ1_0 | DType::TQ2_0);
+    let part0_row = if ternary { (cols / 4) as u64 } else { row_bytes as u64 };
+    let part1_row = if tq { (cols / 256 * 4) as u64 } else { 0 };
+    let windows = ctx.row_windows(&table.name, vocab, &[part0_row, part1_row])?;
+    let split = windows.len() > 1;
+    let mut calls = Vec::with_capacity(windows.len());
+    for rows in windows {
+        let params = Params {
+            total: u32_of(total, "an output of elements")?,
+            cols: u32_of(cols, "a row")?,
+            vocab: u32_of(vocab, "a vocabulary")?,
+            row_bytes: u32_of(row_bytes, "a row of bytes")?,
+            scale_block: if tq { 256 } else { 0 },
+            row0: u32_of(rows.start, "a vocabulary")?,
+            window_rows: u32_of(rows.len(), "a vocabulary")?,
+            _pad: 0,
+        };
+        let window = |part: usize, bytes_per_row: u64| {
+            if split {
+                let (offset, size) = (rows.start as u64 * bytes_per_row, rows.len() as u64 * bytes_per_row);
+                Storage::TensorRange(e.table, part, offset, size)
+            } else {
+                Storage::Tensor(e.table, part)
+            }
+        };
         // Ternary tables have their scales in part 1; other dtypes bind the table again there.
-        storage: vec![
-            (1, t(e.table)),
-            (2, t(e.ids)),
-            (3, t(e.out)),
-            (4, Storage::Tensor(e.table, if table.dtype.is_ternary() { 1 } else { 0 })),
-        ],
-        workgroups: ctx.grid_1d(total, WG),
-    }])
+        let scales = match (ternary, tq) {
+            (true, true) => window(1, part1_row),
+            (true, false) => Storage::Tensor(e.table, 1),
+            (false, _) => window(0, part0_row),
+        };
+        calls.push(KernelCall {
+            key: PipelineKey { shader: Shader::Embed, entry: "embed", constants: vec![("WG", WG), ("DTYPE", code)] },
+            params: bytemuck::bytes_of(&params).to_vec(),
+            storage: vec![
+                (1, window(0, part0_row)),
+                (2, Storage::Tensor(e.ids, 0)),
+                (3, Storage::Tensor(e.out, 0)),
+                (4, scales),
+            ],
+            workgroups: ctx.grid_1d(total, WG),
+        });
+    }
+    Ok(calls)
 }
 
 #[cfg(test)]
@@ -104,7 +129,7 @@ mod tests {
 
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params { total, cols, vocab, row_bytes, scale_block, _pad0, _pad1, _pad2 }`
+        // `struct Params { total, cols, vocab, row_bytes, scale_block, row0, window_rows, _pad0 }`
         // (eight u32): 32 bytes.
         assert_eq!(std::mem::size_of::<Params>(), 32);
     }

@@ -24,9 +24,11 @@ struct Params {
     row_bytes: u32,
     // Ternary tables: elements per scale (256 for TQ1_0 / TQ2_0), or 0 for I2_S's one scale.
     scale_block: u32,
+    // The table rows bound in this dispatch: `row0 .. row0 + window_rows` (a table larger
+    // than one binding is bound as several row windows, one dispatch each; `embed.rs`).
+    row0: u32,
+    window_rows: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -118,8 +120,14 @@ fn embed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) li
     let j = i % p.cols;
     let id = ids[r];
     if (id >= p.vocab) {
-        out[i] = 0u;
+        // Written once, by the dispatch of the first window.
+        if (p.row0 == 0u) {
+            out[i] = 0u;
+        }
         return;
     }
-    out[i] = decode(id, j);
+    if (id < p.row0 || id - p.row0 >= p.window_rows) {
+        return; // another window's row
+    }
+    out[i] = decode(id - p.row0, j);
 }

@@ -43,7 +43,8 @@ pub(crate) struct Params {
     pub row_bytes: u32,
     pub scale_stride: u32,
     pub scale_block: u32,
-    pub _pad: [u32; 2],
+    pub row0: u32,
+    pub out_stride: u32,
 }
 
 /// `DTYPE` in `linear.wgsl`, or `None` for a dtype LINEAR does not take.
@@ -77,50 +78,75 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
     let scales = ternary_scales(w.dtype, k);
     let row_bytes = w.dtype.row_bytes(k).ok_or_else(|| too_large("the weight row"))?;
     let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
-    let params = Params {
-        m: u(m, "the row count")?,
-        k: u(k, "the row length")?,
-        n: u(n, "the token count")?,
-        row_bytes: u(row_bytes, "the row size")?,
-        scale_stride: u(scales.map_or(0, |s| s.row_stride), "the scale count")?,
-        scale_block: u(scales.map_or(1, |s| s.block), "the scale block")?,
-        _pad: [0; 2],
+    // Bytes per weight row of each part in the GPU layout: the codes (ternary: k/4) or the
+    // file's blocks, and the ternary scales (I2_S's one scale is bound whole).
+    let (part0_row, part1_row) = match scales {
+        Some(sc) => ((k / 4) as u64, (sc.row_stride * 4) as u64),
+        None => (row_bytes as u64, 0),
     };
-    // The kernels index elements and bytes of every operand in u32.
-    u(m.checked_mul(k.max(row_bytes)).ok_or_else(|| too_large("the weight"))?, "the weight")?;
+    let windows = ctx.row_windows(&w.name, m, &[part0_row, part1_row])?;
+    let split = windows.len() > 1;
+    // The kernels index elements and bytes of every operand in u32 (within a window).
     u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
-    let storage = vec![
-        (1, Storage::Tensor(l.x, 0)),
-        (2, Storage::Tensor(l.weight, 0)),
-        (3, Storage::Tensor(l.weight, usize::from(scales.is_some()))),
-        (4, Storage::Tensor(l.out, 0)),
-    ];
-    let call = if n == 1 {
-        let shader = if ctx.caps.subgroups { Shader::LinearSubgroup } else { Shader::Linear };
-        KernelCall {
-            key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
-            params: bytemuck::bytes_of(&params).to_vec(),
-            storage,
-            workgroups: ctx.grid_1d(m, 1),
-        }
-    } else {
-        let mut workgroups = ctx.grid_1d(m, TILE_M);
-        workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
-        if workgroups[2] > ctx.max_workgroups {
-            return Err(too_large("the token count"));
-        }
-        KernelCall {
-            key: PipelineKey {
-                shader: Shader::Linear,
-                entry: "tiled",
-                constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
-            },
-            params: bytemuck::bytes_of(&params).to_vec(),
-            storage,
-            workgroups,
-        }
-    };
-    Ok(vec![call])
+    let mut calls = Vec::with_capacity(windows.len());
+    for rows in windows {
+        let wm = rows.len();
+        u(wm.checked_mul(k.max(row_bytes)).ok_or_else(|| too_large("the weight"))?, "the weight")?;
+        let params = Params {
+            m: u(wm, "the row count")?,
+            k: u(k, "the row length")?,
+            n: u(n, "the token count")?,
+            row_bytes: u(row_bytes, "the row size")?,
+            scale_stride: u(scales.map_or(0, |s| s.row_stride), "the scale count")?,
+            scale_block: u(scales.map_or(1, |s| s.block), "the scale block")?,
+            row0: u(rows.start, "the row count")?,
+            out_stride: u(m, "the row count")?,
+        };
+        let window = |part: usize, bytes_per_row: u64| {
+            if split {
+                Storage::TensorRange(l.weight, part, rows.start as u64 * bytes_per_row, wm as u64 * bytes_per_row)
+            } else {
+                Storage::Tensor(l.weight, part)
+            }
+        };
+        let scales_binding = match scales {
+            Some(sc) if sc.row_stride > 0 => window(1, part1_row),
+            Some(_) => Storage::Tensor(l.weight, 1),
+            None => window(0, part0_row),
+        };
+        let storage = vec![
+            (1, Storage::Tensor(l.x, 0)),
+            (2, window(0, part0_row)),
+            (3, scales_binding),
+            (4, Storage::Tensor(l.out, 0)),
+        ];
+        calls.push(if n == 1 {
+            let shader = if ctx.caps.subgroups { Shader::LinearSubgroup } else { Shader::Linear };
+            KernelCall {
+                key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
+                params: bytemuck::bytes_of(&params).to_vec(),
+                storage,
+                workgroups: ctx.grid_1d(wm, 1),
+            }
+        } else {
+            let mut workgroups = ctx.grid_1d(wm, TILE_M);
+            workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
+            if workgroups[2] > ctx.max_workgroups {
+                return Err(too_large("the token count"));
+            }
+            KernelCall {
+                key: PipelineKey {
+                    shader: Shader::Linear,
+                    entry: "tiled",
+                    constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
+                },
+                params: bytemuck::bytes_of(&params).to_vec(),
+                storage,
+                workgroups,
+            }
+        });
+    }
+    Ok(calls)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 // so the weights equal the reference's f32 weights bit for bit; only the summation differs.
 
 struct Params {
-    // Weight rows (outputs per token).
+    // Weight rows bound in binding 2 (outputs per token of this dispatch).
     m: u32,
     // Columns (elements per row).
     k: u32,
@@ -29,8 +29,11 @@ struct Params {
     scale_stride: u32,
     // Ternary: elements per scale block.
     scale_block: u32,
-    _pad0: u32,
-    _pad1: u32,
+    // The first bound weight row in the whole weight: a weight larger than one binding is
+    // bound as several row windows, one dispatch each (`linear.rs`); 0 otherwise.
+    row0: u32,
+    // Outputs per token in `out` (the whole weight's rows).
+    out_stride: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -196,7 +199,7 @@ fn gemv(ids: Ids) {
     // Every invocation reaches the reduction (uniform control flow), rows past m included.
     let total = reduce_add_f32(acc, ids);
     if (row < p.m && ids.lidx == 0u) {
-        out[tok * p.m + row] = total;
+        out[tok * p.out_stride + p.row0 + row] = total;
     }
 }
 
@@ -257,7 +260,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             let r = row0 + tr + 16u * i;
             let t = tok0 + tt + 16u * j;
             if (r < p.m && t < p.n) {
-                out[t * p.m + r] = acc[2u * i + j];
+                out[t * p.out_stride + p.row0 + r] = acc[2u * i + j];
             }
         }
     }

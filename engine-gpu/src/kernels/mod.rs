@@ -111,6 +111,9 @@ impl Shader {
 pub(crate) enum Storage {
     /// Part `1` of tensor `0`'s GPU layout.
     Tensor(TensorId, usize),
+    /// A window of a part: bytes `offset .. offset + size` of part `1` of tensor `0` (for
+    /// tensors larger than one binding; see [`RecordCtx::row_windows`]).
+    TensorRange(TensorId, usize, u64, u64),
     /// The program's run-time parameter values, one u32 word each (f32 as bits).
     RunParams,
     /// A GPU-only buffer that is no ISA tensor, of at least this many bytes (see
@@ -156,7 +159,13 @@ pub(crate) struct RecordCtx<'a> {
     pub reg: &'a Registry,
     pub caps: Capabilities,
     pub max_workgroups: u32,
+    /// `max_storage_buffer_binding_size`: the most bytes one binding may address.
+    pub max_binding: u64,
 }
+
+/// Window starts are multiples of this many rows, so that every window's byte offset is a
+/// multiple of 256, the largest `min_storage_buffer_offset_alignment` adapters report.
+const WINDOW_ROW_STEP: usize = 256;
 
 /// A u32 or f32 argument as a kernel reads it: a constant, or a slot of the run-time
 /// parameters (`param == ARG_CONST` means the constant).
@@ -171,6 +180,30 @@ pub(crate) struct ArgSlot {
 pub(crate) const ARG_CONST: u32 = u32::MAX;
 
 impl RecordCtx<'_> {
+    /// Splits `rows` rows into consecutive windows small enough to bind: for each part, its
+    /// window's bytes (rows × `bytes_per_row[part]`) fit one binding. One window when the
+    /// whole tensor fits. Fails when even `WINDOW_ROW_STEP` rows do not fit, naming `tensor`.
+    pub fn row_windows(
+        &self,
+        tensor: &str,
+        rows: usize,
+        bytes_per_row: &[u64],
+    ) -> Result<Vec<std::ops::Range<usize>>, GpuError> {
+        let widest = bytes_per_row.iter().copied().max().unwrap_or(0).max(1);
+        if (rows as u64).saturating_mul(widest) <= self.max_binding {
+            return Ok(vec![0..rows]);
+        }
+        let fit = (self.max_binding / widest) as usize / WINDOW_ROW_STEP * WINDOW_ROW_STEP;
+        if fit == 0 {
+            return Err(GpuError::TooLarge {
+                tensor: tensor.to_string(),
+                bytes: widest * WINDOW_ROW_STEP as u64,
+                limit: self.max_binding,
+            });
+        }
+        Ok((0..rows).step_by(fit).map(|r0| r0..(r0 + fit).min(rows)).collect())
+    }
+
     pub fn desc(&self, id: TensorId) -> Result<&TensorDesc, GpuError> {
         self.reg.desc(id).map_err(|e| GpuError::Wgpu(e.to_string()))
     }
