@@ -191,7 +191,7 @@ impl RecordCtx<'_> {
     ) -> Result<Vec<std::ops::Range<usize>>, GpuError> {
         let widest = bytes_per_row.iter().copied().max().unwrap_or(0).max(1);
         if (rows as u64).saturating_mul(widest) <= self.max_binding {
-            return Ok(vec![0..rows]);
+            return Ok(std::iter::once(0..rows).collect());
         }
         let fit = (self.max_binding / widest) as usize / WINDOW_ROW_STEP * WINDOW_ROW_STEP;
         if fit == 0 {
