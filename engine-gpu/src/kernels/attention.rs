@@ -11,7 +11,7 @@
 //! and later rows, re-read the same cache rows, from cache memory on a GPU); writes
 //! `4·n·n_head·hd`. With `S > 1`, also writes and reads back `4·n·n_head·S·(hd + 2)` of
 //! partial results. Decode on the 2B model at position 4095 (20 heads, 5 kv heads,
-//! `hd = 128`): 20 MiB of distinct cache bytes per layer (80 MiB requested, each kv head by
+//! `hd = 128`): 20 MiB of distinct cache bytes per call (80 MiB requested, each kv head by
 //! its 4 query heads), 26 splits, 270 KB of partials written and read.
 
 use purebee_isa::ops::Attention;
