@@ -1,7 +1,7 @@
 // ARGMAX: per row, the lowest index of the largest element; NaN never wins; a row of only NaN
 // (or no elements) gives 0. One workgroup per row.
 //
-// Prefixed by `row_reduce.wgsl` or `row_reduce_subgroup.wgsl` (`Lane`, `wg_argmax`). The row
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_argmax`). The row
 // is read as raw bits and compared as integers: each non-NaN value maps to an order-preserving
 // u32 key (-0 first folded onto +0, since -0 == +0), so subnormals, infinities and signed
 // zeros compare exactly as IEEE `>` does, whatever the device's float modes. Key 0 is below
@@ -33,8 +33,8 @@ fn order_key(bits: u32) -> u32 {
 }
 
 @compute @workgroup_size(WG)
-fn argmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lane: Lane) {
-    let row = wid.y * nwg.x + wid.x;
+fn argmax(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     if (row >= p.rows) {
         return;
     }
@@ -42,7 +42,7 @@ fn argmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     // Each invocation's indices increase, so a strict `>` keeps the lowest index of its best.
     var best_key = 0u;
     var best_idx = NONE;
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         let b = x[base + i];
         if ((b & 0x7fffffffu) <= 0x7f800000u) {
             let k = order_key(b);
@@ -52,8 +52,8 @@ fn argmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             }
         }
     }
-    let best = wg_argmax(best_key, best_idx, lane);
-    if (lane.lid == 0u) {
+    let best = reduce_argmax(best_key, best_idx, ids);
+    if (ids.lidx == 0u) {
         out[row] = select(best, 0u, best == NONE);
     }
 }

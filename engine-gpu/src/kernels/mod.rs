@@ -30,17 +30,17 @@ use crate::GpuError;
 pub(crate) enum Shader {
     /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
     Elementwise,
-    /// `rms_norm.wgsl` after `row_reduce.wgsl`: RMS_NORM, portable reductions.
+    /// `rms_norm.wgsl` after `reduce_portable.wgsl`: RMS_NORM, portable reductions.
     RmsNorm,
-    /// `rms_norm.wgsl` after `row_reduce_subgroup.wgsl`: RMS_NORM, subgroup reductions.
+    /// `rms_norm.wgsl` after `reduce_subgroup.wgsl`: RMS_NORM, subgroup reductions.
     RmsNormSubgroup,
-    /// `softmax.wgsl` after `row_reduce.wgsl`: SOFTMAX, portable reductions.
+    /// `softmax.wgsl` after `reduce_portable.wgsl`: SOFTMAX, portable reductions.
     Softmax,
-    /// `softmax.wgsl` after `row_reduce_subgroup.wgsl`: SOFTMAX, subgroup reductions.
+    /// `softmax.wgsl` after `reduce_subgroup.wgsl`: SOFTMAX, subgroup reductions.
     SoftmaxSubgroup,
-    /// `argmax.wgsl` after `row_reduce.wgsl`: ARGMAX, portable reductions.
+    /// `argmax.wgsl` after `reduce_portable.wgsl`: ARGMAX, portable reductions.
     Argmax,
-    /// `argmax.wgsl` after `row_reduce_subgroup.wgsl`: ARGMAX, subgroup reductions.
+    /// `argmax.wgsl` after `reduce_subgroup.wgsl`: ARGMAX, subgroup reductions.
     ArgmaxSubgroup,
     /// `embed.wgsl`: EMBED.
     Embed,
@@ -86,12 +86,12 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => include_str!("elementwise.wgsl"),
-            Shader::RmsNorm => concat!(include_str!("row_reduce.wgsl"), include_str!("rms_norm.wgsl")),
-            Shader::RmsNormSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
-            Shader::Softmax => concat!(include_str!("row_reduce.wgsl"), include_str!("softmax.wgsl")),
-            Shader::SoftmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
-            Shader::Argmax => concat!(include_str!("row_reduce.wgsl"), include_str!("argmax.wgsl")),
-            Shader::ArgmaxSubgroup => concat!(include_str!("row_reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
+            Shader::RmsNorm => concat!(include_str!("reduce_portable.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::RmsNormSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::Softmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("softmax.wgsl")),
+            Shader::SoftmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
+            Shader::Argmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("argmax.wgsl")),
+            Shader::ArgmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
             Shader::Embed => include_str!("embed.wgsl"),
             Shader::Linear => concat!(include_str!("reduce_portable.wgsl"), include_str!("linear.wgsl")),
             Shader::LinearSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("linear.wgsl")),

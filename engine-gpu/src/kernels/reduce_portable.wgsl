@@ -1,7 +1,8 @@
 // Workgroup reductions in workgroup memory (no subgroup operations): the portable prelude of
-// linear.wgsl and bitlinear.wgsl (Shader::Linear, Shader::Bitlinear). reduce_subgroup.wgsl
-// defines the same names with subgroup operations; the kernel file that follows uses only
-// `Ids` and the reduce_* functions, and defines the override WG (a power of two, ≤ 256).
+// the kernels that reduce across a workgroup (LINEAR, BITLINEAR, RMS_NORM, SOFTMAX, ARGMAX;
+// see `Shader::source`). reduce_subgroup.wgsl defines the same names with subgroup
+// operations; the kernel file that follows uses only `Ids` and the reduce_* functions, and
+// defines the override WG (a power of two, ≤ 256).
 //
 // Every reduce_* function must be called by the whole workgroup in uniform control flow; it
 // returns the result to every invocation and leaves the workgroup memory free for the next
@@ -16,6 +17,7 @@ struct Ids {
 
 var<workgroup> red_f: array<f32, 256>;
 var<workgroup> red_u: array<u32, 256>;
+var<workgroup> red_idx: array<u32, 256>;
 
 // Σ v over the workgroup, as a tree (pairs at distance WG/2, WG/4, ...).
 fn reduce_add_f32(v: f32, ids: Ids) -> f32 {
@@ -62,3 +64,40 @@ fn reduce_max_u32(v: u32, ids: Ids) -> u32 {
     return r;
 }
 
+
+// max v over the workgroup (no NaN may be passed: `max` with NaN is not portable).
+fn reduce_max_f32(v: f32, ids: Ids) -> f32 {
+    red_f[ids.lidx] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (ids.lidx < s) {
+            red_f[ids.lidx] = max(red_f[ids.lidx], red_f[ids.lidx + s]);
+        }
+        workgroupBarrier();
+    }
+    let r = red_f[0];
+    workgroupBarrier();
+    return r;
+}
+
+// The index of the workgroup's best (key, index) pair: the largest key, the lowest index among
+// equal keys. Pairs are integers, so the result does not depend on the order of combination.
+fn reduce_argmax(key: u32, idx: u32, ids: Ids) -> u32 {
+    red_u[ids.lidx] = key;
+    red_idx[ids.lidx] = idx;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (ids.lidx < s) {
+            let k = red_u[ids.lidx + s];
+            let i = red_idx[ids.lidx + s];
+            if (k > red_u[ids.lidx] || (k == red_u[ids.lidx] && i < red_idx[ids.lidx])) {
+                red_u[ids.lidx] = k;
+                red_idx[ids.lidx] = i;
+            }
+        }
+        workgroupBarrier();
+    }
+    let best = red_idx[0];
+    workgroupBarrier();
+    return best;
+}

@@ -1,6 +1,6 @@
-// Workgroup reductions with subgroup operations: the subgroup prelude of linear.wgsl and
-// bitlinear.wgsl (Shader::LinearSubgroup, Shader::BitlinearSubgroup), used when the device
-// has wgpu's SUBGROUP feature. Same names and contracts as reduce_portable.wgsl: each
+// Workgroup reductions with subgroup operations: the subgroup prelude of the kernels that
+// reduce across a workgroup (the `…Subgroup` shaders), used when the device has wgpu's
+// SUBGROUP feature. Same names and contracts as reduce_portable.wgsl: each
 // subgroup reduces in registers, its first invocation writes one partial per subgroup to
 // workgroup memory (indexed by subgroup_id, so nothing assumes how invocations map to
 // subgroups), and every invocation adds the num_subgroups partials in index order.
@@ -21,6 +21,7 @@ struct Ids {
 
 var<workgroup> red_f: array<f32, 256>;
 var<workgroup> red_u: array<u32, 256>;
+var<workgroup> red_idx: array<u32, 256>;
 
 fn reduce_add_f32(v: f32, ids: Ids) -> f32 {
     let s = subgroupAdd(v);
@@ -64,3 +65,46 @@ fn reduce_max_u32(v: u32, ids: Ids) -> u32 {
     return r;
 }
 
+
+// max v over the workgroup (no NaN may be passed).
+fn reduce_max_f32(v: f32, ids: Ids) -> f32 {
+    let s = subgroupMax(v);
+    if (ids.sg_lane == 0u) {
+        red_f[ids.sg_id] = s;
+    }
+    workgroupBarrier();
+    var r = bitcast<f32>(0xff800000u); // -inf
+    for (var i = 0u; i < ids.n_sg; i = i + 1u) {
+        r = max(r, red_f[i]);
+    }
+    workgroupBarrier();
+    return r;
+}
+
+// The best (key, index) pair of a subgroup: its largest key, then the lowest index holding it.
+fn subgroup_argmax(key: u32, idx: u32) -> vec2<u32> {
+    let k = subgroupMax(key);
+    let i = subgroupMin(select(0xffffffffu, idx, key == k));
+    return vec2<u32>(k, i);
+}
+
+// The index of the workgroup's best (key, index) pair: the largest key, the lowest index among
+// equal keys (integers: the result does not depend on the order of combination).
+fn reduce_argmax(key: u32, idx: u32, ids: Ids) -> u32 {
+    let s = subgroup_argmax(key, idx);
+    if (ids.sg_lane == 0u) {
+        red_u[ids.sg_id] = s.x;
+        red_idx[ids.sg_id] = s.y;
+    }
+    workgroupBarrier();
+    var k = 0u;
+    var best = 0xffffffffu;
+    for (var i = 0u; i < ids.n_sg; i = i + 1u) {
+        if (red_u[i] > k || (red_u[i] == k && red_idx[i] < best)) {
+            k = red_u[i];
+            best = red_idx[i];
+        }
+    }
+    workgroupBarrier();
+    return best;
+}

@@ -1,6 +1,6 @@
 // RMS_NORM: out_i = x_i / sqrt(mean(x²) + eps) · weight_i, one workgroup per row.
 //
-// Prefixed by `row_reduce.wgsl` or `row_reduce_subgroup.wgsl` (`Lane`, `wg_sum`). Each
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_add_f32`). Each
 // invocation sums the squares of elements lid, lid + WG, ... of its row in f32, the workgroup
 // adds the partial sums, then each invocation scales its elements. The in-place entry point
 // reads `out` instead of `x` (one buffer cannot be bound read-only and read-write at once);
@@ -28,38 +28,38 @@ fn inv_rms(sum_sq: f32) -> f32 {
 
 // out = rms_norm(x)
 @compute @workgroup_size(WG)
-fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lane: Lane) {
-    let row = wid.y * nwg.x + wid.x;
+fn rms_norm(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     if (row >= p.rows) {
         return;
     }
     let base = row * p.cols;
     var acc = 0.0;
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         let v = x[base + i];
         acc = acc + v * v;
     }
-    let inv = inv_rms(wg_sum(acc, lane));
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    let inv = inv_rms(reduce_add_f32(acc, ids));
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         out[base + i] = x[base + i] * inv * weight[i];
     }
 }
 
 // out = rms_norm(out)
 @compute @workgroup_size(WG)
-fn rms_norm_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lane: Lane) {
-    let row = wid.y * nwg.x + wid.x;
+fn rms_norm_inplace(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     if (row >= p.rows) {
         return;
     }
     let base = row * p.cols;
     var acc = 0.0;
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         let v = out[base + i];
         acc = acc + v * v;
     }
-    let inv = inv_rms(wg_sum(acc, lane));
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    let inv = inv_rms(reduce_add_f32(acc, ids));
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         out[base + i] = out[base + i] * inv * weight[i];
     }
 }

@@ -2,12 +2,12 @@
 //! size chosen from the row length, the grid of one workgroup per row, and the choice between
 //! the two forms of their reductions.
 //!
-//! The reductions are WGSL prefixes prepended to each kernel's source (see [`super::Shader`]):
-//! `row_reduce.wgsl`, a pairwise tree in workgroup memory that runs everywhere, and
-//! `row_reduce_subgroup.wgsl`, subgroup operations (`subgroupAdd`, `subgroupMax`,
-//! `subgroupMin`) with one workgroup-memory slot per subgroup, used when the device has the
-//! SUBGROUP feature (`Capabilities::subgroups`). Both define the same `Lane` struct and
-//! `wg_sum`, `wg_max`, `wg_argmax` functions, so a kernel's own source is the same for both.
+//! The reductions are the WGSL preludes every reducing kernel shares, prepended to its source
+//! (see [`super::Shader`]): `reduce_portable.wgsl`, a pairwise tree in workgroup memory that
+//! runs everywhere, and `reduce_subgroup.wgsl`, subgroup operations (`subgroupAdd`,
+//! `subgroupMax`, `subgroupMin`) with one workgroup-memory slot per subgroup, used when the
+//! device has the SUBGROUP feature (`Capabilities::subgroups`). Both define the same `Ids`
+//! struct and `reduce_*` functions, so a kernel's own source is the same for both.
 
 use super::RecordCtx;
 use crate::GpuError;

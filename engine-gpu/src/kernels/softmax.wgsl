@@ -1,6 +1,6 @@
 // SOFTMAX: out_i = e^(x_i − max x) / Σ_j e^(x_j − max x), one workgroup per row.
 //
-// Prefixed by `row_reduce.wgsl` or `row_reduce_subgroup.wgsl` (`Lane`, `wg_max`, `wg_sum`).
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_max_f32`, `reduce_add_f32`).
 // Three passes over the row: the maximum, the sum of exponentials (f32), the quotients.
 // A row holding NaN or +inf, or only -inf, is all NaN (as the ISA and the reference say); the
 // kernel decides that from bits and a flag, not from NaN arithmetic, which GPUs may not
@@ -49,52 +49,52 @@ fn weight(v: f32, m: f32) -> f32 {
 
 // out = softmax(x)
 @compute @workgroup_size(WG)
-fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lane: Lane) {
-    let row = wid.y * nwg.x + wid.x;
+fn softmax(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     if (row >= p.rows) {
         return;
     }
     let base = row * p.cols;
     var m = bitcast<f32>(NEG_INF_BITS);
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         m = max(m, max_key(x[base + i]));
     }
-    let mx = wg_max(m, lane);
+    let mx = reduce_max_f32(m, ids);
     let bad = is_bad(mx);
     var s = 0.0;
     if (!bad) {
-        for (var i = lane.lid; i < p.cols; i = i + WG) {
+        for (var i = ids.lidx; i < p.cols; i = i + WG) {
             s = s + weight(x[base + i], mx);
         }
     }
-    let total = wg_sum(s, lane);
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    let total = reduce_add_f32(s, ids);
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         out[base + i] = select(weight(x[base + i], mx) / total, bitcast<f32>(NAN_BITS), bad);
     }
 }
 
 // out = softmax(out)
 @compute @workgroup_size(WG)
-fn softmax_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, lane: Lane) {
-    let row = wid.y * nwg.x + wid.x;
+fn softmax_inplace(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     if (row >= p.rows) {
         return;
     }
     let base = row * p.cols;
     var m = bitcast<f32>(NEG_INF_BITS);
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         m = max(m, max_key(out[base + i]));
     }
-    let mx = wg_max(m, lane);
+    let mx = reduce_max_f32(m, ids);
     let bad = is_bad(mx);
     var s = 0.0;
     if (!bad) {
-        for (var i = lane.lid; i < p.cols; i = i + WG) {
+        for (var i = ids.lidx; i < p.cols; i = i + WG) {
             s = s + weight(out[base + i], mx);
         }
     }
-    let total = wg_sum(s, lane);
-    for (var i = lane.lid; i < p.cols; i = i + WG) {
+    let total = reduce_add_f32(s, ids);
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
         out[base + i] = select(weight(out[base + i], mx) / total, bitcast<f32>(NAN_BITS), bad);
     }
 }
