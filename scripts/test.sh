@@ -8,5 +8,5 @@ if [ -z "${PUREBEE_SMOLLM2_GGUF:-}" ] && [ "${PUREBEE_SKIP_SMOLLM2:-}" != 1 ]; t
   PUREBEE_SMOLLM2_GGUF=$(./scripts/fetch-smollm2.sh)
   export PUREBEE_SMOLLM2_GGUF
 fi
-cargo build --workspace --locked --all-targets
+# `cargo test` builds every crate, test and binary it runs (in the test profile, once).
 cargo test --workspace --locked
