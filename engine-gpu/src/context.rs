@@ -51,8 +51,17 @@ impl GpuContext {
     /// Opens the best adapter: a discrete GPU, else an integrated or virtual one, else (when
     /// allowed) a CPU adapter. Requests the adapter's own limits, not WebGPU's defaults.
     pub fn new(options: &GpuOptions) -> Result<GpuContext, GpuError> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        // Vulkan, Metal and DX12 first; GL only when none of them has an adapter (GL is the
+        // slowest backend for compute, and probing it opens display connections).
+        let adapters_of = |backends: wgpu::Backends| {
+            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+            desc.backends &= backends;
+            pollster::block_on(wgpu::Instance::new(desc).enumerate_adapters(backends))
+        };
+        let mut adapters = adapters_of(wgpu::Backends::PRIMARY);
+        if adapters.is_empty() {
+            adapters = adapters_of(wgpu::Backends::GL);
+        }
         let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
             wgpu::DeviceType::DiscreteGpu => 0,
             wgpu::DeviceType::IntegratedGpu => 1,
