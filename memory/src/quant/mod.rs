@@ -243,7 +243,8 @@ impl fmt::Debug for QuantMatrix<'_> {
 /// Decodes a whole tensor to f32, row after row (`shape.numel()` values in row-major order).
 pub fn dequantize(t: &HostTensor) -> Result<Vec<f32>, QuantError> {
     let m = QuantMatrix::from_tensor(t)?;
-    let mut out = vec![0f32; m.rows() * m.cols()];
+    // numel = rows · cols, checked not to overflow when the Shape was built.
+    let mut out = vec![0f32; t.shape().numel()];
     if m.cols() > 0 {
         for (row, o) in out.chunks_exact_mut(m.cols()).enumerate() {
             m.dequantize_row(row, o)?;
