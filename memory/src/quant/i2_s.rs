@@ -95,6 +95,18 @@ mod tests {
     }
 
     #[test]
+    fn positions_cover_the_codes_once_as_documented() {
+        let mut seen = [[false; 4]; BLOCK_BYTES];
+        for k in 0..BLOCK_LEN {
+            let (byte, shift) = position(k);
+            assert!(!seen[byte][shift / 2], "element {k} reuses byte {byte} shift {shift}");
+            seen[byte][shift / 2] = true;
+        }
+        assert!(seen.iter().all(|b| b.iter().all(|&s| s)));
+        assert_eq!((position(0), position(33), position(70), position(127)), ((0, 6), (1, 4), (6, 2), (31, 0)));
+    }
+
+    #[test]
     fn first_group_is_in_the_high_bits() {
         // byte j = 0b00_01_10_11: element j code 0 (−1), 32 + j code 1 (0), 64 + j code 2 (+1),
         // 96 + j code 3 (+2).

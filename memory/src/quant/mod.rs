@@ -24,6 +24,11 @@
 //! of every layout means some value (TQ2_0 and I2_S code 3 decodes as the trit +2, exactly as
 //! ggml's and bitnet.cpp's arithmetic treats it), and floats are passed through as stored
 //! (a NaN scale decodes to NaN, as in ggml).
+//!
+//! Every quantized value is `code · d` (Q4_1: `code · d + m`) with the code converted to f32
+//! and the f16 scale widened to f32 first. The codes have at most 8 significant bits and an
+//! f16 at most 11, so every product is exact in f32: any engine that widens the scale before
+//! multiplying gets the same bits, and only Q4_1's add rounds (once).
 
 pub mod encode;
 mod error;
@@ -42,6 +47,8 @@ mod test_vectors;
 
 pub use error::{QuantError, RowBuffer};
 
+use std::fmt;
+
 use crate::{DType, HostTensor};
 
 /// A `rows × cols` view of a tensor's bytes in any [`DType`].
@@ -50,7 +57,7 @@ use crate::{DType, HostTensor};
 /// For I2_S the same holds (its blocks run through the flattened tensor and `cols` is a
 /// multiple of 128, so rows start on block boundaries), and the 32-byte scale trailer follows
 /// the last row.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct QuantMatrix<'a> {
     dtype: DType,
     bytes: &'a [u8],
@@ -225,10 +232,23 @@ impl<'a> QuantMatrix<'a> {
     }
 }
 
+impl fmt::Debug for QuantMatrix<'_> {
+    /// The dtype, the shape and the byte count; not the bytes, which may be a whole weight.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QuantMatrix")
+            .field("dtype", &self.dtype)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
 /// Decodes a whole tensor to f32, row after row (`shape.numel()` values in row-major order).
 pub fn dequantize(t: &HostTensor) -> Result<Vec<f32>, QuantError> {
     let m = QuantMatrix::from_tensor(t)?;
-    let mut out = vec![0f32; m.rows() * m.cols()];
+    // numel = rows · cols, checked not to overflow when the Shape was built.
+    let mut out = vec![0f32; t.shape().numel()];
     if m.cols() > 0 {
         for (row, o) in out.chunks_exact_mut(m.cols()).enumerate() {
             m.dequantize_row(row, o)?;

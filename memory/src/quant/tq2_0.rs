@@ -74,6 +74,18 @@ mod tests {
     }
 
     #[test]
+    fn positions_cover_the_codes_once_as_documented() {
+        let mut seen = [[false; 4]; 64];
+        for e in 0..BLOCK_LEN {
+            let (byte, shift) = position(e);
+            assert!(!seen[byte][shift / 2], "element {e} reuses byte {byte} shift {shift}");
+            seen[byte][shift / 2] = true;
+        }
+        assert!(seen.iter().all(|b| b.iter().all(|&s| s)));
+        assert_eq!((position(0), position(33), position(127), position(128), position(255)), ((0, 0), (1, 2), (31, 6), (32, 0), (63, 6)));
+    }
+
+    #[test]
     fn hand_built_block_places_each_bit_pair() {
         // qs[m] = 0b11_10_01_00 for every m in half 0: elements 0..32 code 0 (−1), 32..64 code 1
         // (0), 64..96 code 2 (+1), 96..128 code 3 (+2). Half 1: qs[32 + m] = 0b00_01_10_10 gives
