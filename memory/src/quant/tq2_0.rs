@@ -82,7 +82,10 @@ mod tests {
             seen[byte][shift / 2] = true;
         }
         assert!(seen.iter().all(|b| b.iter().all(|&s| s)));
-        assert_eq!((position(0), position(33), position(127), position(128), position(255)), ((0, 0), (1, 2), (31, 6), (32, 0), (63, 6)));
+        assert_eq!(
+            (position(0), position(33), position(127), position(128), position(255)),
+            ((0, 0), (1, 2), (31, 6), (32, 0), (63, 6))
+        );
     }
 
     #[test]
