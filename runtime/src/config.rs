@@ -1,5 +1,6 @@
 //! A model's hyper-parameters, read from GGUF metadata and checked for consistency.
 
+use purebee_isa::ops::RopeStyle;
 use purebee_memory::gguf::GgufFile;
 
 use crate::ModelError;
@@ -13,11 +14,14 @@ pub enum Architecture {
     Bitnet25,
     /// `bitnet`: upstream llama.cpp's BitNet (1bitLLM models; silu FFN).
     Bitnet,
+    /// `llama`: Llama 2/3 and the models converted like them (SmolLM2): no sub-norms, normal
+    /// (adjacent-pair) RoPE, silu FFN, block-quantized or float weights.
+    Llama,
 }
 
 impl Architecture {
     /// Every supported architecture name.
-    pub const SUPPORTED: [&'static str; 3] = ["bitnet-b1.58", "bitnet-25", "bitnet"];
+    pub const SUPPORTED: [&'static str; 4] = ["bitnet-b1.58", "bitnet-25", "bitnet", "llama"];
 
     /// The architecture of a `general.architecture` value.
     pub fn from_name(name: &str) -> Option<Architecture> {
@@ -25,6 +29,7 @@ impl Architecture {
             "bitnet-b1.58" => Some(Architecture::BitnetB158),
             "bitnet-25" => Some(Architecture::Bitnet25),
             "bitnet" => Some(Architecture::Bitnet),
+            "llama" => Some(Architecture::Llama),
             _ => None,
         }
     }
@@ -35,6 +40,7 @@ impl Architecture {
             Architecture::BitnetB158 => "bitnet-b1.58",
             Architecture::Bitnet25 => "bitnet-25",
             Architecture::Bitnet => "bitnet",
+            Architecture::Llama => "llama",
         }
     }
 
@@ -43,8 +49,24 @@ impl Architecture {
     pub fn ffn_activation(self) -> FfnActivation {
         match self {
             Architecture::BitnetB158 | Architecture::Bitnet25 => FfnActivation::Relu2,
-            Architecture::Bitnet => FfnActivation::Silu,
+            Architecture::Bitnet | Architecture::Llama => FfnActivation::Silu,
         }
+    }
+
+    /// The RoPE pairing: NEOX for BitNet (its Q/K weights are not permuted), normal for
+    /// Llama (the converter permuted Q/K for adjacent pairs; llama.cpp's
+    /// `llama_model_rope_type`).
+    pub fn rope_style(self) -> RopeStyle {
+        match self {
+            Architecture::BitnetB158 | Architecture::Bitnet25 | Architecture::Bitnet => RopeStyle::Neox,
+            Architecture::Llama => RopeStyle::Normal,
+        }
+    }
+
+    /// True for BitNet's extra RMS norms before the attention output and FFN down
+    /// projections (`attn_sub_norm`, `ffn_sub_norm`).
+    pub fn has_sub_norms(self) -> bool {
+        !matches!(self, Architecture::Llama)
     }
 }
 

@@ -1,6 +1,6 @@
 //! # purebee-runtime: models written in ISA calls
 //!
-//! Models (BitNet b1.58 first) as programs of ISA instructions, with the tokenizer, the
+//! Models (BitNet b1.58 and Llama) as programs of ISA instructions, with the tokenizer, the
 //! sampler, the generation loop and the KV cache. It builds programs with
 //! `purebee_isa::ProgramBuilder` and runs them through the `purebee_isa::Engine` trait.
 //!
@@ -11,15 +11,15 @@
 pub mod sampler;
 pub mod tokenizer;
 
-mod bitnet;
 mod config;
 mod error;
+mod forward;
 mod generate;
 mod model;
 mod weights;
 
-pub use bitnet::LogitsRows;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
+pub use forward::LogitsRows;
 pub use generate::{generate, GenerateOptions, Generation, StopReason};
 pub use model::{KvCache, Model};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use purebee_isa::{DType, Engine, ParamValue, Program, ProgramBuilder, TensorId};
 use purebee_memory::gguf::GgufFile;
 
-use crate::bitnet::{record_forward, ForwardIo, LogitsRows};
+use crate::forward::{record_forward, ForwardIo, LogitsRows};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 

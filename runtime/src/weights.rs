@@ -1,4 +1,4 @@
-//! Binding a BitNet model's GGUF tensors to their roles, checking shape and type of each.
+//! Binding a model's GGUF tensors to their roles, checking shape and type of each.
 
 use purebee_memory::gguf::GgufFile;
 use purebee_memory::{DType, Registry, TensorId};
@@ -22,12 +22,14 @@ pub(crate) struct LayerWeights {
     pub q: LinearWeight,
     pub k: LinearWeight,
     pub v: LinearWeight,
-    pub attn_sub_norm: TensorId,
+    /// BitNet only: the norm before the attention output projection.
+    pub attn_sub_norm: Option<TensorId>,
     pub o: LinearWeight,
     pub ffn_norm: TensorId,
     pub gate: LinearWeight,
     pub up: LinearWeight,
-    pub ffn_sub_norm: TensorId,
+    /// BitNet only: the norm before the FFN down projection.
+    pub ffn_sub_norm: Option<TensorId>,
     pub down: LinearWeight,
 }
 
@@ -92,8 +94,8 @@ impl Binder<'_> {
         let weight = self.tensor(
             &weight_name,
             &[n_in, n_out],
-            |d| d.is_ternary() || matches!(d, DType::F32 | DType::F16 | DType::BF16),
-            "I2_S, TQ1_0, TQ2_0, F16, BF16 or F32",
+            DType::is_float_like,
+            "a ternary (I2_S, TQ1_0, TQ2_0), block-quantized (Q4_0, Q4_1, Q8_0) or float type",
         )?;
         let ternary = self.file.tensor_info(&weight_name)?.dtype.is_ternary();
         let scale_name = format!("{name}.scale");
@@ -117,6 +119,7 @@ impl Weights {
     pub(crate) fn bind(file: &GgufFile, cfg: &ModelConfig, reg: &Registry) -> Result<Weights, ModelError> {
         let b = Binder { file, reg };
         let (d, kv, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
+        let sub = cfg.arch.has_sub_norms();
         let token_embd =
             b.tensor("token_embd.weight", &[d, cfg.n_vocab], DType::is_float_like, "a float or block-quantized type")?;
         let layers = (0..cfg.n_layer)
@@ -127,12 +130,12 @@ impl Weights {
                     q: b.linear(&n("attn_q"), d, d)?,
                     k: b.linear(&n("attn_k"), d, kv)?,
                     v: b.linear(&n("attn_v"), d, kv)?,
-                    attn_sub_norm: b.norm(&n("attn_sub_norm.weight"), d)?,
+                    attn_sub_norm: sub.then(|| b.norm(&n("attn_sub_norm.weight"), d)).transpose()?,
                     o: b.linear(&n("attn_output"), d, d)?,
                     ffn_norm: b.norm(&n("ffn_norm.weight"), d)?,
                     gate: b.linear(&n("ffn_gate"), d, ff)?,
                     up: b.linear(&n("ffn_up"), d, ff)?,
-                    ffn_sub_norm: b.norm(&n("ffn_sub_norm.weight"), ff)?,
+                    ffn_sub_norm: sub.then(|| b.norm(&n("ffn_sub_norm.weight"), ff)).transpose()?,
                     down: b.linear(&n("ffn_down"), ff, d)?,
                 })
             })

@@ -1,8 +1,11 @@
-//! The BitNet b1.58 forward pass as ISA instructions (FORMATS.md, "BitNet b1.58
-//! architecture"): sub-norms before the output and down projections, NEOX RoPE, GQA,
-//! relu² or silu FFN, tied LM head.
+//! The forward pass of the supported decoder-only models as ISA instructions (FORMATS.md).
+//! One graph; what differs by architecture comes from `Architecture` (config.rs):
+//! BitNet b1.58 has sub-norms before the attention output and FFN down projections, NEOX
+//! RoPE and a relu² (or silu) FFN, with ternary weights through BITLINEAR; Llama has no
+//! sub-norms, normal RoPE and a silu FFN, with float or block-quantized weights through
+//! LINEAR. Both: GQA attention, RMS norms, `output.weight` or the tied embedding.
 
-use purebee_isa::ops::{Attention, Rope, RopeStyle};
+use purebee_isa::ops::{Attention, Rope};
 use purebee_isa::{DType, IsaError, ProgramBuilder, TensorId, U32Arg};
 
 use crate::config::FfnActivation;
@@ -89,7 +92,7 @@ pub(crate) fn record_forward(
             x: out,
             head_dim: cfg.head_dim as u32,
             rot_dim: cfg.rot_dim as u32,
-            style: RopeStyle::Neox,
+            style: cfg.arch.rope_style(),
             base: cfg.rope_base.into(),
             pos,
         };
@@ -98,7 +101,9 @@ pub(crate) fn record_forward(
         b.kv_write(kv.k[l], k, pos)?;
         b.kv_write(kv.v[l], v, pos)?;
         b.attention(Attention { out: att, q, k_cache: kv.k[l], v_cache: kv.v[l], head_dim: cfg.head_dim as u32, pos })?;
-        b.rms_norm(att, att, lw.attn_sub_norm, cfg.rms_eps)?; // sub-norm before the projection
+        if let Some(norm) = lw.attn_sub_norm {
+            b.rms_norm(att, att, norm, cfg.rms_eps)?; // BitNet: sub-norm before the projection
+        }
         linear(b, proj, att, lw.o)?;
         b.add(x, x, proj)?;
         // FFN block.
@@ -110,7 +115,9 @@ pub(crate) fn record_forward(
             FfnActivation::Silu => b.silu(gate, gate)?,
         }
         b.mul(gate, gate, up)?;
-        b.rms_norm(gate, gate, lw.ffn_sub_norm, cfg.rms_eps)?; // sub-norm before down
+        if let Some(norm) = lw.ffn_sub_norm {
+            b.rms_norm(gate, gate, norm, cfg.rms_eps)?; // BitNet: sub-norm before down
+        }
         linear(b, proj, gate, lw.down)?;
         b.add(x, x, proj)?;
     }
