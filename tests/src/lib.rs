@@ -11,6 +11,7 @@
 
 pub mod bitnet_checks;
 pub mod differential;
+pub mod rng;
 
 use std::path::PathBuf;
 

@@ -34,37 +34,11 @@ use purebee_isa::DType;
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{f32s, gpu_tests_skipped, pair, portable_pair, Pair};
+use purebee_tests::rng::SplitMix64;
 
 const FORMATS: [DType; 3] = [DType::TQ1_0, DType::TQ2_0, DType::I2_S];
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// SplitMix64: the test data comes from a seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn sign(&mut self) -> f32 {
-        if self.below(2) == 0 {
-            1.0
-        } else {
-            -1.0
-        }
-    }
-}
 
 /// Exact data (see the module docs) or random data.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -83,7 +57,7 @@ fn f16_exact(v: f32) -> u16 {
 
 /// A weight scale: exact data ±j/8 (j in 1..=16: at most 4 significant bits); random
 /// data an f16 of magnitude in [2⁻¹⁰, 2) (TQ) or an f32 in ±[0.01, 2) (I2_S).
-fn weight_scale(rng: &mut Rng, data: Data) -> f32 {
+fn weight_scale(rng: &mut SplitMix64, data: Data) -> f32 {
     match data {
         Data::Exact => rng.sign() * (1 + rng.below(16)) as f32 / 8.0,
         Data::Random => rng.sign() * rng.range(0.01, 2.0) as f32,
@@ -92,10 +66,10 @@ fn weight_scale(rng: &mut Rng, data: Data) -> f32 {
 
 /// Random ternary bytes of an `[m, k]` weight: codes from random bytes (TQ2_0 and I2_S
 /// codes include 3, which decodes as +2), finite scales.
-fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<u8> {
+fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<u8> {
     let mut out = Vec::new();
     if dtype == DType::I2_S {
-        out.extend((0..m * k / 4).map(|_| rng.next() as u8));
+        out.extend((0..m * k / 4).map(|_| rng.next_u64() as u8));
         let s = weight_scale(rng, data);
         for _ in 0..8 {
             out.extend_from_slice(&s.to_le_bytes());
@@ -104,7 +78,7 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> 
     }
     let (len, bytes) = (dtype.block_len(), dtype.block_bytes());
     for _ in 0..m * k / len {
-        out.extend((0..bytes - 2).map(|_| rng.next() as u8));
+        out.extend((0..bytes - 2).map(|_| rng.next_u64() as u8));
         let d = match data {
             Data::Exact => f16_exact(weight_scale(rng, data)),
             // ±[2^-10, 2): exponent field 5..=15, any mantissa.
@@ -117,7 +91,7 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> 
 
 /// Activations `[n, k]`. Exact: integers in −127..=127 with max |x| = 127 in every row.
 /// Random: rows of varied magnitude, some all zero, some below the 1e-5 floor.
-fn activations(n: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<f32> {
+fn activations(n: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<f32> {
     let mut x = Vec::with_capacity(n * k);
     for _ in 0..n {
         let start = x.len();
@@ -156,7 +130,7 @@ struct Case {
 
 impl Case {
     fn random(dtype: DType, n: usize, m: usize, k: usize, seed: u64, with_scale: bool, data: Data) -> Case {
-        let mut rng = Rng(seed);
+        let mut rng = SplitMix64(seed);
         let w = weight_bytes(dtype, m, k, &mut rng, data);
         let x = activations(n, k, &mut rng, data);
         let scale = with_scale.then(|| match data {
@@ -361,18 +335,18 @@ fn activation_scale_is_correctly_rounded_across_the_f32_range() {
     let eps = 1e-5f32.to_bits();
     let mut special: Vec<f32> = vec![0.0, -0.0, 1.0, 127.0, -127.0, f32::MAX, -f32::MAX, f32::MIN_POSITIVE, 1e-40];
     special.extend([eps - 1, eps, eps + 1, 0x7f7f_fffe].map(f32::from_bits));
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64(5);
     let mut x = vec![0f32; n * k];
     for r in 0..n {
         let a = special.get(r).copied().unwrap_or_else(|| {
-            let bits = rng.next() as u32 & 0x7fff_ffff;
+            let bits = rng.next_u64() as u32 & 0x7fff_ffff;
             f32::from_bits(bits.min(0x7f7f_ffff)) * rng.sign()
         });
         x[r * k + (r % k)] = a;
         // A smaller neighbour, so that rows are not one-hot.
         x[r * k + (r + 1) % k] = a * 0.375;
     }
-    let mut rng = Rng(6);
+    let mut rng = SplitMix64(6);
     let w = weight_bytes(DType::I2_S, 3, k, &mut rng, Data::Random);
     let c = Case { dtype: DType::I2_S, n, m: 3, k, x, w, scale: None, data: Data::Random, label: "range".into() };
     run(&c, false).unwrap_or_else(|e| panic!("{e}"));
@@ -386,7 +360,7 @@ fn non_finite_activations_quantize_as_the_reference() {
         return;
     }
     let k = 256;
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64(11);
     let mut x = activations(4, k, &mut rng, Data::Random);
     x[3] = f32::NAN;
     x[k + 5] = f32::INFINITY;
@@ -426,7 +400,7 @@ fn rows_of_zero_length_give_zero() {
         for n in [1, 3] {
             let gpu = &mut p.gpu;
             let tag = format!("k0_{dtype}_{n}");
-            let w = weight_bytes(dtype, 4, 0, &mut Rng(1), Data::Random);
+            let w = weight_bytes(dtype, 4, 0, &mut SplitMix64(1), Data::Random);
             let empty = HostTensor::zeros("x", DType::F32, Shape::matrix(n, 0).expect("shape")).expect("empty");
             let x = gpu.memory_mut().insert(&format!("{tag}.x"), empty).expect("unique");
             let w = HostTensor::from_bytes("w", dtype, Shape::matrix(4, 0).expect("shape"), &w).expect("sizes");
@@ -464,7 +438,7 @@ fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout
         return;
     }
     use purebee_isa::{Engine, ProgramBuilder};
-    let mut rng = Rng(21);
+    let mut rng = SplitMix64(21);
     for dtype in FORMATS {
         let (n, m, k) = (3, 5, if dtype == DType::I2_S { 384 } else { 512 });
         let w = weight_bytes(dtype, m, k, &mut rng, Data::Exact);

@@ -128,16 +128,8 @@ proptest! {
 
 /// Deterministic pseudo-random bytes (SplitMix64).
 fn pseudo_random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            (z ^ (z >> 31)) as u8
-        })
-        .collect()
+    let mut rng = purebee_tests::rng::SplitMix64(seed);
+    (0..n).map(|_| rng.byte()).collect()
 }
 
 #[test]

@@ -71,16 +71,8 @@ proptest! {
 
 /// Deterministic bits for the pinned shapes (SplitMix64).
 fn bits(len: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed;
-    (0..len)
-        .map(|_| {
-            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) >> 32) as u32
-        })
-        .collect()
+    let mut rng = purebee_tests::rng::SplitMix64(seed);
+    (0..len).map(|_| rng.bits32()).collect()
 }
 
 #[test]

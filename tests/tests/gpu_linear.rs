@@ -22,6 +22,7 @@ use purebee_isa::DType;
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{f32s, gpu_tests_skipped, pair, portable_pair, Pair};
+use purebee_tests::rng::SplitMix64;
 
 /// The weight dtypes LINEAR takes on the GPU.
 const DTYPES: [DType; 9] = [
@@ -38,29 +39,6 @@ const DTYPES: [DType; 9] = [
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
-/// SplitMix64: the test data comes from a seed, so a failing case prints in a few numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
-}
-
 /// What the weights and activations hold.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Data {
@@ -72,7 +50,7 @@ enum Data {
 
 /// An f16 bit pattern: `Random`, a finite value below 8 in magnitude (about one in eight
 /// subnormal); `Integer`, an integer in −8..=8.
-fn f16_bits(rng: &mut Rng, data: Data) -> u16 {
+fn f16_bits(rng: &mut SplitMix64, data: Data) -> u16 {
     match data {
         Data::Random => {
             let exp = if rng.below(8) == 0 { 0 } else { 1 + rng.below(17) as u16 };
@@ -94,7 +72,7 @@ fn f16_exact(v: f32) -> u16 {
 }
 
 /// A block scale `d` as f16: `Random`, ±[2⁻¹⁰, 2); `Integer`, 1 (so codes stay integers).
-fn scale_f16(rng: &mut Rng, data: Data) -> [u8; 2] {
+fn scale_f16(rng: &mut SplitMix64, data: Data) -> [u8; 2] {
     let bits = match data {
         Data::Random => ((rng.below(2) as u16) << 15) | ((5 + rng.below(11) as u16) << 10) | rng.below(1024) as u16,
         Data::Integer => f16_exact(1.0),
@@ -103,7 +81,7 @@ fn scale_f16(rng: &mut Rng, data: Data) -> [u8; 2] {
 }
 
 /// The bytes of an `[m, k]` weight of `dtype`, random but finite.
-fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<u8> {
+fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<u8> {
     let n = m * k;
     let mut out = Vec::with_capacity(dtype.tensor_bytes(m, k).unwrap_or(0));
     match dtype {
@@ -161,7 +139,7 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> 
     out
 }
 
-fn activations(n: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<f32> {
+fn activations(n: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<f32> {
     (0..n * k)
         .map(|_| match data {
             Data::Random => (rng.range(-1.0, 1.0) * 2f64.powf(rng.range(-6.0, 2.0))) as f32,
@@ -173,7 +151,7 @@ fn activations(n: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<f32> {
 /// One LINEAR on both engines of `pair`; checks every output against the tolerance above
 /// (or exactly for `Data::Integer`).
 fn check(pair: &mut Pair, dtype: DType, n: usize, m: usize, k: usize, seed: u64, data: Data) -> Result<(), String> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let wbytes = weight_bytes(dtype, m, k, &mut rng, data);
     let x = activations(n, k, &mut rng, data);
     let shape = |r, c| Shape::matrix(r, c).expect("valid shape");
@@ -330,7 +308,7 @@ fn rows_of_zero_length_sum_to_zero() {
         for n in [1, 3] {
             let gpu = &mut p.gpu;
             let tag = format!("k0_{dtype}_{n}");
-            let w = weight_bytes(dtype, 5, 0, &mut Rng(1), Data::Random);
+            let w = weight_bytes(dtype, 5, 0, &mut SplitMix64(1), Data::Random);
             let x = gpu.memory_mut().insert(
                 &format!("{tag}.x"),
                 HostTensor::zeros("x", DType::F32, Shape::matrix(n, 0).expect("shape")).expect("empty"),

@@ -10,7 +10,6 @@
 use purebee_isa::ops::Argmax;
 
 use super::{row_reduce, KernelCall, RecordCtx, Shader, Storage};
-use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
 /// Mirrors `Params` in `argmax.wgsl`.
@@ -30,16 +29,10 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Argmax) -> Result<Vec<KernelCall>, Gpu
         return Ok(vec![]);
     }
     let (r, c) = row_reduce::dims_u32("ARGMAX", rows, cols)?;
-    let wg = row_reduce::workgroup_size(cols);
-    let shader = if row_reduce::use_subgroups(ctx) { Shader::ArgmaxSubgroup } else { Shader::Argmax };
     let t = |id| Storage::Tensor(id, 0);
     let params = Params { rows: r, cols: c, _pad: [0; 2] };
-    Ok(vec![KernelCall {
-        key: PipelineKey { shader, entry: "argmax", constants: vec![("WG", wg)] },
-        params: bytemuck::bytes_of(&params).to_vec(),
-        storage: vec![(1, t(a.x)), (2, t(a.out))],
-        workgroups: row_reduce::grid(ctx, rows),
-    }])
+    let shaders = (Shader::Argmax, Shader::ArgmaxSubgroup);
+    Ok(vec![row_reduce::call(ctx, shaders, "argmax", (rows, cols), &params, vec![(1, t(a.x)), (2, t(a.out))])])
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@
 use purebee_isa::ops::RmsNorm;
 
 use super::{row_reduce, KernelCall, RecordCtx, Shader, Storage};
-use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
 /// Mirrors `Params` in `rms_norm.wgsl`.
@@ -33,8 +32,6 @@ pub(crate) fn record(ctx: &RecordCtx, n: &RmsNorm) -> Result<Vec<KernelCall>, Gp
         return Ok(vec![]);
     }
     let (r, c) = row_reduce::dims_u32("RMS_NORM", rows, cols)?;
-    let wg = row_reduce::workgroup_size(cols);
-    let shader = if row_reduce::use_subgroups(ctx) { Shader::RmsNormSubgroup } else { Shader::RmsNorm };
     let t = |id| Storage::Tensor(id, 0);
     let (entry, storage) = if n.out == n.x {
         ("rms_norm_inplace", vec![(2, t(n.weight)), (3, t(n.out))])
@@ -42,12 +39,8 @@ pub(crate) fn record(ctx: &RecordCtx, n: &RmsNorm) -> Result<Vec<KernelCall>, Gp
         ("rms_norm", vec![(1, t(n.x)), (2, t(n.weight)), (3, t(n.out))])
     };
     let params = Params { rows: r, cols: c, eps: n.eps, _pad: 0 };
-    Ok(vec![KernelCall {
-        key: PipelineKey { shader, entry, constants: vec![("WG", wg)] },
-        params: bytemuck::bytes_of(&params).to_vec(),
-        storage,
-        workgroups: row_reduce::grid(ctx, rows),
-    }])
+    let shaders = (Shader::RmsNorm, Shader::RmsNormSubgroup);
+    Ok(vec![row_reduce::call(ctx, shaders, entry, (rows, cols), &params, storage)])
 }
 
 #[cfg(test)]

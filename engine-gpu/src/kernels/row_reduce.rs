@@ -9,7 +9,8 @@
 //! device has the SUBGROUP feature (`Capabilities::subgroups`). Both define the same `Ids`
 //! struct and `reduce_*` functions, so a kernel's own source is the same for both.
 
-use super::RecordCtx;
+use super::{KernelCall, RecordCtx, Shader, Storage};
+use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
 /// Rows up to this long use [`SMALL_WG`] threads, longer rows [`LARGE_WG`].
@@ -33,6 +34,28 @@ pub(crate) fn workgroup_size(cols: usize) -> u32 {
 /// end).
 pub(crate) fn grid(ctx: &RecordCtx, rows: usize) -> [u32; 3] {
     ctx.grid_1d(rows, 1)
+}
+
+/// The dispatch of a row kernel: `portable` or `subgroup` by the device's capabilities, the
+/// workgroup size for rows of `cols`, one workgroup per row.
+pub(crate) fn call(
+    ctx: &RecordCtx,
+    (portable, subgroup): (Shader, Shader),
+    entry: &'static str,
+    (rows, cols): (usize, usize),
+    params: &impl bytemuck::Pod,
+    storage: Vec<(u32, Storage)>,
+) -> KernelCall {
+    KernelCall {
+        key: PipelineKey {
+            shader: if use_subgroups(ctx) { subgroup } else { portable },
+            entry,
+            constants: vec![("WG", workgroup_size(cols))],
+        },
+        params: bytemuck::bytes_of(params).to_vec(),
+        storage,
+        workgroups: grid(ctx, rows),
+    }
 }
 
 /// `rows` and `cols` as the kernels' u32s, or an error when the row-major index of an

@@ -11,7 +11,6 @@
 use purebee_isa::ops::Softmax;
 
 use super::{row_reduce, KernelCall, RecordCtx, Shader, Storage};
-use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
 /// Mirrors `Params` in `softmax.wgsl`.
@@ -31,8 +30,6 @@ pub(crate) fn record(ctx: &RecordCtx, s: &Softmax) -> Result<Vec<KernelCall>, Gp
         return Ok(vec![]);
     }
     let (r, c) = row_reduce::dims_u32("SOFTMAX", rows, cols)?;
-    let wg = row_reduce::workgroup_size(cols);
-    let shader = if row_reduce::use_subgroups(ctx) { Shader::SoftmaxSubgroup } else { Shader::Softmax };
     let t = |id| Storage::Tensor(id, 0);
     let (entry, storage) = if s.out == s.x {
         ("softmax_inplace", vec![(2, t(s.out))])
@@ -40,12 +37,8 @@ pub(crate) fn record(ctx: &RecordCtx, s: &Softmax) -> Result<Vec<KernelCall>, Gp
         ("softmax", vec![(1, t(s.x)), (2, t(s.out))])
     };
     let params = Params { rows: r, cols: c, _pad: [0; 2] };
-    Ok(vec![KernelCall {
-        key: PipelineKey { shader, entry, constants: vec![("WG", wg)] },
-        params: bytemuck::bytes_of(&params).to_vec(),
-        storage,
-        workgroups: row_reduce::grid(ctx, rows),
-    }])
+    let shaders = (Shader::Softmax, Shader::SoftmaxSubgroup);
+    Ok(vec![row_reduce::call(ctx, shaders, entry, (rows, cols), &params, storage)])
 }
 
 #[cfg(test)]
