@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 
-use purebee_isa::{Engine, ExecError, Instruction, ParamValue, Program, ProgramId};
+use purebee_isa::{Engine, ExecError, ParamValue, Program, ProgramId};
 use purebee_memory::{MemoryError, Registry, TensorId};
 
 use crate::compile::{compile, Compiled, Step};
 use crate::kernels::{layout, ScratchKey};
 use crate::pipelines::PipelineCache;
+use crate::plan::RunPlan;
 use crate::tensors::{Liveness, TensorStore};
 use crate::{GpuContext, GpuError, GpuOptions};
 
@@ -19,6 +20,9 @@ pub struct GpuEngine {
     store: TensorStore,
     pipelines: PipelineCache,
     compiled: HashMap<ProgramId, Compiled>,
+    /// Each program's lifetime facts, worked out on its first run (they do not depend on
+    /// buffers, so they outlive recompilations).
+    plans: HashMap<ProgramId, RunPlan>,
     /// A reusable MAP_READ buffer for GRID_READ, grown as needed.
     staging: Option<wgpu::Buffer>,
 }
@@ -32,6 +36,7 @@ impl GpuEngine {
             store: TensorStore::default(),
             pipelines: PipelineCache::default(),
             compiled: HashMap::new(),
+            plans: HashMap::new(),
             staging: None,
         })
     }
@@ -41,68 +46,11 @@ impl GpuEngine {
         &self.ctx
     }
 
-    /// Fails with the error of the first instruction that would use a tensor that is not
-    /// live at that point, without changing anything.
-    fn check_liveness(&self, program: &Program) -> Result<(), ExecError> {
-        let mut overlay: HashMap<TensorId, Liveness> = HashMap::new();
-        let state = |overlay: &HashMap<TensorId, Liveness>, id| {
-            overlay.get(&id).copied().unwrap_or_else(|| self.store.state(&self.memory, id))
-        };
-        for i in program.instructions() {
-            let op = i.name();
-            let err = |id: TensorId, s: Liveness| {
-                let name = self.memory.name(id).to_string();
-                let source = match s {
-                    Liveness::Freed => MemoryError::Freed { name },
-                    _ => MemoryError::NotAllocated { name },
-                };
-                ExecError::Memory { op, source }
-            };
-            match i {
-                Instruction::GridAlloc(a) => {
-                    overlay.insert(a.tensor, Liveness::Live);
-                }
-                Instruction::Free(f) => {
-                    let s = state(&overlay, f.tensor);
-                    if s != Liveness::Live {
-                        return Err(err(f.tensor, s));
-                    }
-                    overlay.insert(f.tensor, Liveness::Freed);
-                }
-                other => {
-                    for id in other.operands() {
-                        let s = state(&overlay, id);
-                        if s != Liveness::Live {
-                            return Err(err(id, s));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks the positions that KV_WRITE and ATTENTION will use against their caches (the
-    /// kernels cannot report errors, so this happens before anything runs).
-    fn check_positions(&self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
-        for i in program.instructions() {
-            let (op, pos, rows_of, cache) = match i {
-                Instruction::KvWrite(k) => ("KV_WRITE", program.resolve_u32(k.pos, params)?, k.src, k.cache),
-                Instruction::Attention(a) => ("ATTENTION", program.resolve_u32(a.pos, params)?, a.q, a.k_cache),
-                _ => continue,
-            };
-            let n = self.memory.desc(rows_of).map_err(|source| ExecError::Memory { op, source })?.shape.rows();
-            let n_ctx = self.memory.desc(cache).map_err(|source| ExecError::Memory { op, source })?.shape.rows();
-            let end = pos as u64 + n as u64;
-            if end > n_ctx as u64 {
-                return Err(ExecError::ContextOverflow {
-                    op,
-                    tensor: self.memory.name(cache).to_string(),
-                    pos: pos as u64,
-                    end,
-                    n_ctx,
-                });
-            }
+    /// Fails with the error of the first instruction that uses a tensor that is not live
+    /// when the run starts.
+    fn check_liveness(&self, plan: &RunPlan) -> Result<(), ExecError> {
+        for &(op, id) in &plan.needs_live {
+            self.live(op, id)?;
         }
         Ok(())
     }
@@ -184,8 +132,15 @@ impl Engine for GpuEngine {
 
     fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
         program.check_params(params)?;
-        self.check_liveness(program)?;
-        self.check_positions(program, params)?;
+        if !self.plans.contains_key(&program.id()) {
+            let plan = RunPlan::new(program, &self.memory)?;
+            self.plans.insert(program.id(), plan);
+        }
+        let Some(plan) = self.plans.get(&program.id()) else {
+            return Err(GpuError::Wgpu("run plan missing".to_string()).into());
+        };
+        self.check_liveness(plan)?;
+        plan.check_positions(program, params, &self.memory)?;
         let current = self.compiled.get(&program.id()).is_some_and(|c| c.is_current(&self.store));
         if !current {
             let c = compile(&self.ctx, &self.memory, &mut self.store, &mut self.pipelines, program)?;
@@ -239,14 +194,10 @@ impl Engine for GpuEngine {
         }
         drop(pass);
         self.ctx.queue.submit([encoder.finish()]);
-        for i in program.instructions() {
-            match i {
-                Instruction::GridAlloc(a) => self.store.set_state(a.tensor, Liveness::Live),
-                Instruction::Free(f) => {
-                    self.store.set_state(f.tensor, Liveness::Freed);
-                    self.store.release(f.tensor);
-                }
-                _ => {}
+        for &(id, state) in self.plans.get(&program.id()).map_or(&[][..], |p| &p.effects) {
+            self.store.set_state(id, state);
+            if state == Liveness::Freed {
+                self.store.release(id);
             }
         }
         self.ctx.check().map_err(ExecError::from)

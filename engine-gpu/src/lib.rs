@@ -20,6 +20,7 @@ mod engine;
 mod error;
 mod kernels;
 mod pipelines;
+mod plan;
 mod tensors;
 
 pub use context::{GpuContext, GpuOptions};

@@ -16,6 +16,13 @@ pub struct KvCache {
     pub(crate) v: Vec<TensorId>,
 }
 
+/// What a caller reads after a forward pass (copied, so nothing is cloned per token).
+#[derive(Clone, Copy, Debug)]
+struct Outputs {
+    logits: TensorId,
+    argmax: TensorId,
+}
+
 /// A forward pass for one batch size: its programs and tensors.
 struct Forward {
     /// Allocates the tensors and writes their constants.
@@ -98,7 +105,7 @@ impl<E: Engine> Model<E> {
         tokens: &[u32],
         pos: usize,
         rows: LogitsRows,
-    ) -> Result<((usize, LogitsRows), ForwardIo), ModelError> {
+    ) -> Result<((usize, LogitsRows), Outputs), ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::NoTokens);
         }
@@ -125,7 +132,7 @@ impl<E: Engine> Model<E> {
         }
         self.engine.write_u32(f.io.ids, tokens)?;
         self.engine.execute(&f.pass, &[ParamValue::U32(pos as u32)])?;
-        Ok((key, f.io.clone()))
+        Ok((key, Outputs { logits: f.io.logits, argmax: f.io.argmax }))
     }
 
     /// Frees a multi-token forward's tensors after use; the decode forward stays.
