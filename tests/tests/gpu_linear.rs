@@ -202,14 +202,21 @@ fn subgroups(pair: &Pair) -> bool {
     pair.gpu.context().capabilities().subgroups
 }
 
-/// Row lengths: any for plain dtypes, whole blocks for the others.
+/// Row lengths: any for plain dtypes, whole blocks for the others; one case in four longer
+/// than `GEMV_ROWS_MAX_K` (2048), where one token takes `gemv` instead of `gemv_rows`.
 fn k_for(dtype: DType) -> BoxedStrategy<usize> {
-    match dtype.block_len() {
-        1 => (1usize..=300).boxed(),
-        32 => (1usize..=12).prop_map(|b| 32 * b).boxed(),
-        128 => (1usize..=5).prop_map(|b| 128 * b).boxed(),
-        _ => (1usize..=3).prop_map(|b| 256 * b).boxed(),
-    }
+    let (short, long) = match dtype.block_len() {
+        1 => ((1usize..=300).boxed(), (2049usize..=2300).boxed()),
+        32 => ((1usize..=12).prop_map(|b| 32 * b).boxed(), (65usize..=72).prop_map(|b| 32 * b).boxed()),
+        128 => ((1usize..=5).prop_map(|b| 128 * b).boxed(), (17usize..=18).prop_map(|b| 128 * b).boxed()),
+        _ => ((1usize..=3).prop_map(|b| 256 * b).boxed(), Just(2304usize).boxed()),
+    };
+    prop_oneof![3 => short, 1 => long].boxed()
+}
+
+/// A row length of `dtype` above 2048 (the `gemv` kernel for one token).
+fn long_k(dtype: DType) -> usize {
+    2048 + dtype.block_len().max(8) * if dtype.block_len() == 256 { 1 } else { 3 }
 }
 
 /// (dtype, n, m, k, seed, portable): one token half of the time (the GEMV), else 2..=70
@@ -252,8 +259,8 @@ fn every_dtype_and_kernel_on_both_reduction_paths() {
         return;
     }
     for dtype in DTYPES {
-        let k = dtype.block_len().max(8) * 3;
-        for n in [1, 33] {
+        let short_k = dtype.block_len().max(8) * 3;
+        for (n, k) in [(1, short_k), (1, long_k(dtype)), (33, short_k)] {
             for portable in [false, true] {
                 for data in [Data::Random, Data::Integer] {
                     run_case(dtype, n, 67, k, 42 + n as u64, portable, data).unwrap_or_else(|e| panic!("{e}"));

@@ -2,9 +2,13 @@
 //! Q8_0 and the ternary types (decoded as `t · d`), f32 accumulation.
 //!
 //! Two kernels, chosen by the token count:
-//! - `n = 1` (decode, memory-bound): `gemv`, one workgroup of [`GEMV_WG`] invocations per
-//!   output row, with subgroup reductions when the device has them (`Shader::LinearSubgroup`)
-//!   and workgroup-memory reductions otherwise (`Shader::Linear`). Reads every weight byte
+//! - `n = 1` (decode, memory-bound), rows longer than [`GEMV_ROWS_MAX_K`]: `gemv`, one
+//!   workgroup of [`GEMV_WG`] invocations per output row, with subgroup reductions when the
+//!   device has them (`Shader::LinearSubgroup`) and workgroup-memory reductions otherwise
+//!   (`Shader::Linear`). Shorter rows (SmolLM2's 576 and 1536): `gemv_rows`, 8 rows of 8
+//!   invocations per workgroup and one barrier, since a workgroup per 576-element row spends
+//!   more on its reduction than on its 72 chunks (on lavapipe, SmolLM2's Q8_0 LM head took
+//!   308 ms with `gemv` and 133 ms with `gemv_rows`). Both read every weight byte
 //!   exactly once: `m · row_bytes(k)` bytes (the 2B model's F16 LM head: 128256 · 2560 · 2 =
 //!   657 MB; a Q4_1 [1536, 576] projection: 1536 · 18 · 20 = 553 KB), plus the `4k` bytes of x
 //!   (from cache after the first workgroups), and writes `4m`.
@@ -26,8 +30,12 @@ use super::{KernelCall, RecordCtx, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
-/// Invocations per workgroup of `gemv`.
+/// Invocations per workgroup of `gemv` and `gemv_rows`.
 pub(crate) const GEMV_WG: u32 = 64;
+/// Rows up to this length take `gemv_rows` (at most 32 eight-element chunks per invocation).
+pub(crate) const GEMV_ROWS_MAX_K: usize = 2048;
+/// Invocations per row of `gemv_rows`: 8 rows per workgroup.
+const GEMV_ROWS_LANES: u32 = 8;
 /// Weight rows per workgroup of `tiled`.
 const TILE_M: u32 = 64;
 /// Tokens per workgroup of `tiled`.
@@ -120,7 +128,18 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
             (3, scales_binding),
             (4, Storage::Tensor(l.out, 0)),
         ];
-        calls.push(if n == 1 {
+        calls.push(if n == 1 && k <= GEMV_ROWS_MAX_K {
+            KernelCall {
+                key: PipelineKey {
+                    shader: Shader::Linear,
+                    entry: "gemv_rows",
+                    constants: vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code)],
+                },
+                params: bytemuck::bytes_of(&params).to_vec(),
+                storage,
+                workgroups: ctx.grid_1d(wm, GEMV_WG / GEMV_ROWS_LANES),
+            }
+        } else if n == 1 {
             let shader = if ctx.caps.subgroups { Shader::LinearSubgroup } else { Shader::Linear };
             KernelCall {
                 key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },

@@ -178,27 +178,62 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
     return v;
 }
 
+// Σ_i x[tok, i] · W[row, i] over the 8-element chunks first, first + stride, ... of the row.
+fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
+    let xb = tok * p.k;
+    let chunks = (p.k + 7u) / 8u;
+    var acc = 0.0;
+    for (var c = first; c < chunks; c = c + stride) {
+        let e0 = c * 8u;
+        let v = load8(row, e0);
+        for (var i = 0u; i < 8u; i = i + 1u) {
+            if (e0 + i < p.k) {
+                acc = acc + x[xb + e0 + i] * v[i];
+            }
+        }
+    }
+    return acc;
+}
+
 @compute @workgroup_size(WG)
 fn gemv(ids: Ids) {
     let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     let tok = ids.wid.z;
     var acc = 0.0;
     if (row < p.m) {
-        let xb = tok * p.k;
-        let chunks = (p.k + 7u) / 8u;
-        for (var c = ids.lidx; c < chunks; c = c + WG) {
-            let e0 = c * 8u;
-            let v = load8(row, e0);
-            for (var i = 0u; i < 8u; i = i + 1u) {
-                if (e0 + i < p.k) {
-                    acc = acc + x[xb + e0 + i] * v[i];
-                }
-            }
-        }
+        acc = dot_chunks(row, tok, ids.lidx, WG);
     }
     // Every invocation reaches the reduction (uniform control flow), rows past m included.
     let total = reduce_add_f32(acc, ids);
     if (row < p.m && ids.lidx == 0u) {
+        out[tok * p.out_stride + p.row0 + row] = total;
+    }
+}
+
+// Invocations per row of gemv_rows (a power of two dividing WG).
+override LANES: u32 = 8u;
+// gemv_rows' partial sums, one per invocation.
+var<workgroup> row_partials: array<f32, 256>;
+
+// WG / LANES rows per workgroup, LANES invocations per row, for short rows: one barrier,
+// then the first invocation of each row adds its row's LANES partials in order.
+@compute @workgroup_size(WG)
+fn gemv_rows(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lane = lidx % LANES;
+    let row = (wid.y * nwg.x + wid.x) * (WG / LANES) + lidx / LANES;
+    let tok = wid.z;
+    var acc = 0.0;
+    if (row < p.m) {
+        acc = dot_chunks(row, tok, lane, LANES);
+    }
+    row_partials[lidx] = acc;
+    workgroupBarrier();
+    if (row < p.m && lane == 0u) {
+        var total = 0.0;
+        for (var i = 0u; i < LANES; i = i + 1u) {
+            total = total + row_partials[lidx + i];
+        }
         out[tok * p.out_stride + p.row0 + row] = total;
     }
 }
