@@ -66,7 +66,10 @@ impl Architecture {
     /// True for BitNet's extra RMS norms before the attention output and FFN down
     /// projections (`attn_sub_norm`, `ffn_sub_norm`).
     pub fn has_sub_norms(self) -> bool {
-        !matches!(self, Architecture::Llama)
+        match self {
+            Architecture::BitnetB158 | Architecture::Bitnet25 | Architecture::Bitnet => true,
+            Architecture::Llama => false,
+        }
     }
 }
 

@@ -1,4 +1,9 @@
-//! Binding a model's GGUF tensors to their roles, checking shape and type of each.
+//! Binding a model's GGUF tensors to their roles, checking shape and type of each, and that
+//! the file holds no tensor without a role (a bias or RoPE factor table the graph would
+//! silently ignore; llama.cpp refuses such files too).
+
+use std::cell::RefCell;
+use std::collections::HashSet;
 
 use purebee_memory::gguf::GgufFile;
 use purebee_memory::{DType, Registry, TensorId};
@@ -47,6 +52,8 @@ pub(crate) struct Weights {
 struct Binder<'a> {
     file: &'a GgufFile,
     reg: &'a Registry,
+    /// The names bound so far.
+    bound: RefCell<HashSet<String>>,
 }
 
 impl Binder<'_> {
@@ -77,6 +84,7 @@ impl Binder<'_> {
                 got,
             });
         }
+        self.bound.borrow_mut().insert(name.to_string());
         self.reg.id(name).map_err(|e| ModelError::Inconsistent {
             file: self.path(),
             key: name.to_string(),
@@ -117,7 +125,7 @@ impl Binder<'_> {
 impl Weights {
     /// Binds every tensor the config implies, checking shapes and types.
     pub(crate) fn bind(file: &GgufFile, cfg: &ModelConfig, reg: &Registry) -> Result<Weights, ModelError> {
-        let b = Binder { file, reg };
+        let b = Binder { file, reg, bound: RefCell::new(HashSet::new()) };
         let (d, kv, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
         let sub = cfg.arch.has_sub_norms();
         let token_embd =
@@ -147,6 +155,14 @@ impl Weights {
             }
             Err(_) => token_embd,
         };
+        let bound = b.bound.borrow();
+        if let Some(extra) = file.tensors().iter().find(|t| !bound.contains(&t.name)) {
+            return Err(ModelError::Inconsistent {
+                file: b.path(),
+                key: extra.name.clone(),
+                reason: format!("this tensor has no role in a {} model (purebee would ignore it)", cfg.arch.name()),
+            });
+        }
         Ok(Weights { token_embd, layers, output_norm, lm_head })
     }
 }

@@ -14,6 +14,15 @@ fn edited(
     meta: impl Fn(&str, &MetaValue) -> Option<MetaValue>,
     tensor: impl Fn(&str, DType, Vec<u64>, Vec<u8>) -> Option<(DType, Vec<u64>, Vec<u8>)>,
 ) -> GgufFile {
+    edited_with_extra(meta, tensor, None)
+}
+
+/// [`edited`], plus one extra F32 tensor `(name, ne)` (zeros) when given.
+fn edited_with_extra(
+    meta: impl Fn(&str, &MetaValue) -> Option<MetaValue>,
+    tensor: impl Fn(&str, DType, Vec<u64>, Vec<u8>) -> Option<(DType, Vec<u64>, Vec<u8>)>,
+    extra: Option<(&str, Vec<u64>)>,
+) -> GgufFile {
     let src = GgufFile::open(tiny("tiny_b158_i2_s.gguf")).expect("fixture opens");
     let mut w = GgufWriter::new();
     for (k, v) in src.metadata() {
@@ -30,6 +39,10 @@ fn edited(
         {
             w.add_tensor(&info.name, dtype, &ne, bytes).expect("valid tensor");
         }
+    }
+    if let Some((name, ne)) = extra {
+        let bytes = vec![0u8; 4 * ne.iter().product::<u64>() as usize];
+        w.add_tensor(name, DType::F32, &ne, bytes).expect("valid tensor");
     }
     GgufFile::from_bytes("edited.gguf", &w.to_bytes()).expect("edited file parses")
 }
@@ -139,5 +152,18 @@ fn a_tensor_with_the_wrong_shape_type_or_missing_is_named() {
     match load(&f) {
         Err(ModelError::Gguf(GgufError::UnknownTensor { tensor, .. })) => assert_eq!(tensor, "blk.3.ffn_down.weight"),
         other => panic!("expected UnknownTensor, got {:?}", other.err()),
+    }
+}
+
+#[test]
+fn a_tensor_without_a_role_is_named_rather_than_ignored() {
+    // A bias the graph has no place for: loading it silently would compute another model.
+    let f = edited_with_extra(|_, v| Some(v.clone()), keep_tensor, Some(("blk.0.attn_q.bias", vec![256])));
+    match load(&f) {
+        Err(ModelError::Inconsistent { key, reason, .. }) => {
+            assert_eq!(key, "blk.0.attn_q.bias");
+            assert!(reason.contains("no role in a bitnet-b1.58 model"), "{reason}");
+        }
+        other => panic!("expected Inconsistent, got {:?}", other.err()),
     }
 }
