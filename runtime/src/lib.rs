@@ -21,5 +21,5 @@ mod weights;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
-pub use generate::{generate, GenerateOptions, Generation, StopReason};
+pub use generate::{generate, generate_after_cached_prefix, GenerateOptions, Generation, StopReason};
 pub use model::{KvCache, Model};
