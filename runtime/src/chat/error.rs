@@ -8,7 +8,7 @@ use super::CHAT_TEMPLATE_KEY;
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     /// The GGUF file has no chat template.
-    #[error("{file}: no chat template (the key {CHAT_TEMPLATE_KEY} is missing); give a plain prompt with -p, without --chat")]
+    #[error("{file}: no chat template (the key {CHAT_TEMPLATE_KEY} is missing); give a plain prompt with `run -p`, without --chat, instead")]
     MissingTemplate {
         /// The file.
         file: String,
@@ -29,7 +29,7 @@ pub enum ChatError {
         message: String,
     },
     /// The next turn's prompt does not fit in the KV cache.
-    #[error("the conversation has outgrown the context of {n_ctx} tokens: the next turn's prompt is {prompt_tokens} tokens (use -c to enlarge the context, or start over)")]
+    #[error("the conversation has outgrown the context of {n_ctx} tokens: the next turn's prompt is {prompt_tokens} tokens (use -c to enlarge the context)")]
     ContextFull {
         /// Tokens of the whole rendered conversation.
         prompt_tokens: usize,
