@@ -119,6 +119,11 @@ fn later_turns_reuse_the_kv_cache_and_equal_a_fresh_prefill_of_the_whole_convers
     assert!(conv.messages().is_empty() && conv.cached_ids().is_empty());
     let again = conv.reply("Hello there.", &opts, |_| {}).expect("turn after clear");
     assert_eq!((again.reused_tokens, again.generation.generated), (0, first.generation.generated));
+
+    // A turn that generates nothing runs nothing: the cache does not claim its prompt.
+    conv.clear();
+    let nothing = conv.reply("Hello there.", &greedy(0), |_| {}).expect("empty turn");
+    assert!(nothing.generation.generated.is_empty() && conv.cached_ids().is_empty());
 }
 
 #[test]

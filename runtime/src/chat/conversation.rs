@@ -136,9 +136,11 @@ impl<E: Engine> Conversation<E> {
             text.push_str(&rest);
         }
         // The last generated id was sampled but never run: it is not in the KV cache. The
-        // next turn's prompt brings it (or the template's own end of turn) back in.
-        let ran = generation.generated.len().saturating_sub(1);
-        self.cached = ids.iter().chain(&generation.generated[..ran]).copied().collect();
+        // next turn's prompt brings it (or the template's own end of turn) back in. With
+        // nothing generated (max_new_tokens 0) the prompt was not run either.
+        if let Some((_, ran)) = generation.generated.split_last() {
+            self.cached = ids.iter().chain(ran).copied().collect();
+        }
         self.messages.push(ChatMessage::new("assistant", &text));
         Ok(Reply { text, prompt_tokens: ids.len(), reused_tokens: reused, generation })
     }
