@@ -1,24 +1,28 @@
 //! `purebee-rs`: the purebee-rs command line.
 //!
 //! One subcommand per file: `inspect` prints what a GGUF file holds, `run` generates text,
-//! `logits` writes the logits of a token sequence as `.npy`, `tokenize` prints token ids,
-//! `synth` writes a synthetic model, `bench` measures prefill and decode speed.
+//! `chat` holds a conversation in the model's chat template, `logits` writes the logits of
+//! a token sequence as `.npy`, `tokenize` prints token ids, `synth` writes a synthetic
+//! model, `bench` measures prefill and decode speed.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
 //! errors already name the file, key or tensor concerned.
 
 #![forbid(unsafe_code)]
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chat;
 mod engine_choice;
+mod generation_args;
 mod inspect;
 mod logits;
 mod npy;
 mod run;
+mod speed;
 mod synth;
 mod tokenize;
 
@@ -38,6 +42,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Generate text from a prompt, streamed to stdout.
     Run(run::RunArgs),
+    /// Chat with a model in its chat template: user turns from stdin, answers streamed.
+    Chat(chat::ChatArgs),
     /// Write the logits of every position of a token sequence as float32 .npy.
     Logits(logits::LogitsArgs),
     /// Print the token ids of a text.
@@ -57,6 +63,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Inspect(args) => inspect::run(&args, &mut out)?,
         Command::Run(args) => run::run(&args, &mut out)?,
+        Command::Chat(args) => {
+            let stdin = io::stdin();
+            let interactive = stdin.is_terminal();
+            chat::run(&args, &mut stdin.lock(), interactive, &mut out)?
+        }
         Command::Logits(args) => logits::run(&args)?,
         Command::Tokenize(args) => tokenize::run(&args, &mut out)?,
         Command::Synth(args) => synth::run(&args, &mut out)?,

@@ -1,21 +1,22 @@
-//! `purebee-rs run`: generate text from a prompt, streamed to stdout.
+//! `purebee-rs run`: generate text from a prompt, streamed to stdout; with `--chat` the
+//! prompt is a user message in the model's chat template and only the answer is printed.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::sampler::SamplerConfig;
+use purebee_runtime::chat::{tokenize_prompt, ChatMessage, ChatTemplate};
 use purebee_runtime::tokenizer::{StreamDecoder, Tokenizer};
-use purebee_runtime::{generate, GenerateOptions, Model, StopReason};
+use purebee_runtime::{generate, GenerateOptions, StopReason};
 
-use crate::engine_choice::{self, EngineChoice};
-use crate::CliError;
+use crate::generation_args::GenerationArgs;
+use crate::{speed, CliError};
 
 /// What `run` prints on stdout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
-    /// The prompt and the generated text, streamed.
+    /// The prompt (the answer only, with --chat) and the generated text, streamed.
     Text,
     /// One JSON object at the end.
     Json,
@@ -33,39 +34,19 @@ pub struct RunArgs {
     /// The prompt as token ids, comma separated.
     #[arg(long, value_delimiter = ',')]
     pub tokens: Option<Vec<u32>>,
-    /// Tokens to generate (-1: until end of generation or a full context).
-    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
-    pub n_predict: i64,
-    /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
-    pub temp: f32,
-    /// Top-k sampling (>= 1 when sampling).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    /// Top-p (nucleus) sampling, in (0, 1].
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
-    pub top_p: f32,
-    /// Min-p sampling, in [0, 1].
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    pub min_p: f32,
-    /// Repeat penalty (1: off).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub repeat_penalty: f32,
-    /// How many recent tokens the repeat penalty looks at.
-    #[arg(long, default_value_t = 64)]
-    pub repeat_last_n: usize,
-    /// Sampling seed (default: random, printed on stderr).
+    /// Send the prompt as a user message through the model's chat template
+    /// (tokenizer.chat_template) and print only the answer.
     #[arg(long)]
-    pub seed: Option<u64>,
+    pub chat: bool,
+    /// A system message before the user message (needs --chat).
+    #[arg(long)]
+    pub system: Option<String>,
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size")]
-    pub ctx_size: Option<usize>,
-    /// The engine.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub engine: EngineChoice,
+    /// Sampling, context and engine.
+    #[command(flatten)]
+    pub generation: GenerationArgs,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
@@ -73,33 +54,22 @@ pub struct RunArgs {
 
 /// Runs `run`.
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if args.system.is_some() && !args.chat {
+        return Err("--system needs --chat: the system message goes through the model's chat template".into());
+    }
+    if args.chat && args.prompt.is_none() {
+        return Err("--chat needs a text prompt (-p TEXT), not --tokens".into());
+    }
     let file = GgufFile::open(&args.model)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let prompt_ids = match (&args.prompt, &args.tokens) {
+        (Some(text), _) if args.chat => chat_prompt(&file, &tokenizer, args.system.as_deref(), text)?,
         (Some(text), _) => tokenizer.encode(text, true, true),
         (None, Some(ids)) => ids.clone(),
         (None, None) => return Err("give a prompt with -p TEXT or --tokens 1,2,3".into()),
     };
-    let seed = args.seed.unwrap_or_else(random_seed);
-    let sampler = SamplerConfig {
-        temperature: args.temp,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-        seed,
-    };
-    sampler.validate()?;
-    if args.seed.is_none() && args.temp > 0.0 {
-        eprintln!("purebee-rs: sampling seed {seed}");
-    }
-    let engine = engine_choice::create(args.engine)?;
-    let n_ctx = match args.ctx_size {
-        Some(c) => c,
-        None => purebee_runtime::ModelConfig::from_gguf(&file)?.n_ctx_train.min(4096),
-    };
-    let mut model = Model::load(engine, &file, n_ctx)?;
+    let sampler = args.generation.sampler()?;
+    let mut model = args.generation.load_model(&file)?;
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
         return Err(format!("--tokens: id {bad} is outside the vocabulary of {} tokens", model.config().n_vocab).into());
     }
@@ -113,20 +83,20 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         .into());
     }
-    let max_new_tokens = if args.n_predict < 0 { usize::MAX } else { args.n_predict as usize };
-    let opts = GenerateOptions { max_new_tokens, ignore_eos: args.ignore_eos, sampler };
+    let opts =
+        GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: args.ignore_eos, sampler };
 
     // Control tokens (an end-of-turn marker) are not text: they are not printed.
     let mut decoder = StreamDecoder::new(&tokenizer).skip_control(true);
     let mut text = String::new();
     let mut write_error = None;
-    if args.output == Output::Text {
+    let streaming = args.output == Output::Text;
+    if streaming && !args.chat {
         if let Some(p) = &args.prompt {
             write!(out, "{p}")?;
             out.flush()?;
         }
     }
-    let streaming = args.output == Output::Text;
     let g = generate(
         &mut model,
         &prompt_ids,
@@ -147,8 +117,6 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let rest = decoder.finish();
     text.push_str(&rest);
-    let prompt_tps = g.prompt_tokens_per_s(prompt_ids.len());
-    let decode_tps = g.decode_tokens_per_s();
     match args.output {
         Output::Text => writeln!(out, "{rest}")?,
         Output::Json => {
@@ -156,8 +124,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 "prompt_ids": prompt_ids,
                 "generated_ids": g.generated,
                 "text": text,
-                "prompt_tokens_per_s": prompt_tps,
-                "decode_tokens_per_s": decode_tps,
+                "prompt_tokens_per_s": g.prompt_tokens_per_s(prompt_ids.len()),
+                "decode_tokens_per_s": g.decode_tokens_per_s(),
             });
             writeln!(out, "{j}")?;
         }
@@ -165,17 +133,15 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if g.stop == StopReason::ContextFull {
         eprintln!("purebee-rs: stopped: the context of {} tokens is full (-c to enlarge it)", model.n_ctx());
     }
-    let ms_per_token = if decode_tps > 0.0 { 1000.0 / decode_tps } else { 0.0 };
-    eprintln!(
-        "purebee-rs: engine {}: prompt {} tokens, {prompt_tps:.1} tokens/s; generated {} tokens, {decode_tps:.1} tokens/s ({ms_per_token:.2} ms/token)",
-        model.engine().name(),
-        prompt_ids.len(),
-        g.generated.len(),
-    );
+    speed::report(model.engine().name(), &format!("{} tokens", prompt_ids.len()), prompt_ids.len(), &g);
     Ok(())
 }
 
-/// A seed from the clock, for runs that did not ask for one.
-fn random_seed() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+/// The ids of `user` (after an optional `system` message) in the model's chat template,
+/// opening the assistant's turn.
+fn chat_prompt(file: &GgufFile, tokenizer: &Tokenizer, system: Option<&str>, user: &str) -> Result<Vec<u32>, CliError> {
+    let template = ChatTemplate::from_gguf(file, tokenizer)?;
+    let mut messages: Vec<ChatMessage> = system.map(|s| ChatMessage::new("system", s)).into_iter().collect();
+    messages.push(ChatMessage::new("user", user));
+    Ok(tokenize_prompt(tokenizer, &template.render(&messages, true)?))
 }

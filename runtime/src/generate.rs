@@ -33,7 +33,8 @@ pub enum StopReason {
 /// The outcome of [`generate`].
 #[derive(Clone, Debug)]
 pub struct Generation {
-    /// The generated ids, an end-of-generation token included.
+    /// The generated ids, an end-of-generation token included. The last one was sampled but
+    /// never run, so it is not in the KV cache.
     pub generated: Vec<u32>,
     /// Why it stopped.
     pub stop: StopReason,
@@ -66,21 +67,39 @@ pub fn generate<E: Engine>(
     prompt: &[u32],
     opts: &GenerateOptions,
     is_eog: impl Fn(u32) -> bool,
+    on_token: impl FnMut(u32),
+) -> Result<Generation, ModelError> {
+    generate_after_cached_prefix(model, prompt, 0, opts, is_eog, on_token)
+}
+
+/// Generates after `context`, whose first `cached` ids are already in `model`'s KV cache at
+/// positions `0..cached` (an earlier turn of a conversation): only `context[cached..]` is
+/// prefilled, at position `cached`. The sampler's repeat history sees the whole `context`,
+/// so the result is the same as [`generate`] on `context` from an empty cache.
+///
+/// At least one id must be new (`cached < context.len()`): the last one's logits give the
+/// first generated token.
+pub fn generate_after_cached_prefix<E: Engine>(
+    model: &mut Model<E>,
+    context: &[u32],
+    cached: usize,
+    opts: &GenerateOptions,
+    is_eog: impl Fn(u32) -> bool,
     mut on_token: impl FnMut(u32),
 ) -> Result<Generation, ModelError> {
     let mut sampler = Sampler::new(opts.sampler.clone())?;
-    if prompt.is_empty() {
+    if cached >= context.len() {
         return Err(ModelError::NoTokens);
     }
-    if prompt.len() > model.n_ctx() {
+    if context.len() > model.n_ctx() {
         return Err(ModelError::ContextFull {
-            tokens: prompt.len(),
-            pos: 0,
+            tokens: context.len() - cached,
+            pos: cached,
             n_ctx: model.n_ctx(),
             n_ctx_train: model.config().n_ctx_train,
         });
     }
-    for &t in prompt {
+    for &t in context {
         sampler.accept(t);
     }
     let mut generated = Vec::new();
@@ -93,10 +112,10 @@ pub fn generate<E: Engine>(
         });
     }
     let start = Instant::now();
-    let mut token = next(model, &mut sampler, prompt, 0)?;
+    let mut token = next(model, &mut sampler, &context[cached..], cached)?;
     let prefill_time = start.elapsed();
     let start = Instant::now();
-    let mut pos = prompt.len();
+    let mut pos = context.len();
     let stop = loop {
         generated.push(token);
         sampler.accept(token);

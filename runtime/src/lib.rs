@@ -1,13 +1,15 @@
 //! # purebee-runtime: models written in ISA calls
 //!
 //! Models (BitNet b1.58 and Llama) as programs of ISA instructions, with the tokenizer, the
-//! sampler, the generation loop and the KV cache. It builds programs with
-//! `purebee_isa::ProgramBuilder` and runs them through the `purebee_isa::Engine` trait.
+//! sampler, the generation loop, the KV cache, and chat (templates, multi-turn
+//! conversations). It builds programs with `purebee_isa::ProgramBuilder` and runs them
+//! through the `purebee_isa::Engine` trait.
 //!
 //! It must not know wgpu or any engine's internals: it depends on `isa` and `memory` only.
 
 #![forbid(unsafe_code)]
 
+pub mod chat;
 pub mod sampler;
 pub mod tokenizer;
 
@@ -21,5 +23,5 @@ mod weights;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
-pub use generate::{generate, GenerateOptions, Generation, StopReason};
+pub use generate::{generate, generate_after_cached_prefix, GenerateOptions, Generation, StopReason};
 pub use model::{KvCache, Model};

@@ -110,7 +110,8 @@ fn tiny_tokenizer_metadata() {
     assert_eq!(tok.bos(), Some(0));
     assert_eq!(tok.eos(), Some(2));
     assert!(tok.add_bos());
-    assert!(tok.is_eog(2) && !tok.is_eog(1) && !tok.is_eog(504));
+    // EOS `<|im_end|>`, and `<|endoftext|>` (control, ends a turn by its text).
+    assert!(tok.is_eog(2) && tok.is_eog(0) && !tok.is_eog(1) && !tok.is_eog(504));
     assert!(tok.is_control(0) && tok.is_control(1) && tok.is_control(2) && !tok.is_control(504));
     assert_eq!(tok.token_text(1), Some("<|im_start|>"));
 }

@@ -5,7 +5,7 @@
 use purebee_engine_ref::RefEngine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
-use purebee_runtime::{generate, GenerateOptions, Model, ModelError, StopReason};
+use purebee_runtime::{generate, generate_after_cached_prefix, GenerateOptions, Model, ModelError, StopReason};
 use purebee_tests::tiny;
 
 fn load(model: &str, n_ctx: usize) -> Model<RefEngine> {
@@ -96,5 +96,22 @@ fn end_of_generation_and_the_context_limit_stop_cleanly() {
     assert!(matches!(
         model.forward(&[8192], 0, purebee_runtime::LogitsRows::Last),
         Err(ModelError::TokenOutOfRange { id: 8192, vocab: 8192 })
+    ));
+}
+
+#[test]
+fn generating_after_a_cached_prefix_equals_generating_from_scratch() {
+    let mut model = load("tiny_b158_f32", 64);
+    let prompt = ids("tiny_b158_f32", "p16", "prompt_token_ids");
+    let want = generate(&mut model, &prompt, &greedy(8), |_| false, |_| {}).expect("generates").generated;
+    // A fresh cache holding the first 10 ids (as an earlier turn leaves it); then only the
+    // last 6 are prefilled, at position 10.
+    let mut model = load("tiny_b158_f32", 64);
+    model.forward(&prompt[..10], 0, purebee_runtime::LogitsRows::Last).expect("prefix prefill");
+    let g = generate_after_cached_prefix(&mut model, &prompt, 10, &greedy(8), |_| false, |_| {}).expect("generates");
+    assert_eq!(g.generated, want);
+    assert!(matches!(
+        generate_after_cached_prefix(&mut model, &prompt, prompt.len(), &greedy(8), |_| false, |_| {}),
+        Err(ModelError::NoTokens)
     ));
 }

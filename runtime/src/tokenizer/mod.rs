@@ -28,6 +28,7 @@
 
 mod bpe;
 pub mod bytes;
+mod end_of_generation;
 mod error;
 mod pretokenize;
 mod special;
@@ -112,7 +113,9 @@ pub struct TokenizerParts {
     pub eos: Option<u32>,
     /// Whether [`Tokenizer::encode`] puts BOS first when asked for special tokens.
     pub add_bos: bool,
-    /// Further end-of-generation ids (for example EOT and EOM).
+    /// Further end-of-generation ids (for example EOT and EOM). Control and user-defined
+    /// tokens whose text ends a turn (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...)
+    /// are added when the tokenizer is built, as llama.cpp does.
     pub eog: Vec<u32>,
 }
 
@@ -236,6 +239,7 @@ impl Tokenizer {
             .collect();
         special::sort_for_matching(&mut specials);
         let mut eog = eog;
+        eog.extend(end_of_generation::ids_by_text(&tokens, &types));
         eog.sort_unstable();
         eog.dedup();
 
@@ -370,7 +374,8 @@ impl Tokenizer {
         self.add_bos
     }
 
-    /// Whether `id` ends generation: EOS or one of the extra end-of-generation ids.
+    /// Whether `id` ends generation: EOS, EOT, EOM, or a control or user-defined token
+    /// whose text ends a turn (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eos == Some(id) || self.eog.binary_search(&id).is_ok()
     }

@@ -1,0 +1,97 @@
+//! `purebee-rs chat`: a conversation in the model's chat template. User turns are read
+//! line by line from stdin, each answer is streamed to stdout, and the conversation keeps
+//! its KV cache between turns. `/clear` starts over, `/exit` or the end of input quits.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use purebee_memory::gguf::GgufFile;
+use purebee_runtime::chat::{ChatError, ChatTemplate, Conversation};
+use purebee_runtime::tokenizer::Tokenizer;
+use purebee_runtime::{GenerateOptions, StopReason};
+
+use crate::generation_args::GenerationArgs;
+use crate::{speed, CliError};
+
+/// Arguments of `chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The GGUF model (it must carry tokenizer.chat_template).
+    pub model: PathBuf,
+    /// The system message the conversation starts with.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Sampling, context and engine.
+    #[command(flatten)]
+    pub generation: GenerationArgs,
+}
+
+/// Runs `chat`, reading user turns from `input`; `interactive` (a terminal) shows a `> `
+/// prompt on stderr.
+pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mut dyn Write) -> Result<(), CliError> {
+    let file = GgufFile::open(&args.model)?;
+    let tokenizer = Tokenizer::from_gguf(&file)?;
+    let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
+    let sampler = args.generation.sampler()?;
+    let model = args.generation.load_model(&file)?;
+    let n_ctx = model.n_ctx();
+    // Each answer ends at the model's end-of-turn token.
+    let opts = GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler };
+    let mut conversation = Conversation::new(model, tokenizer, template, args.system.clone());
+    if interactive {
+        eprintln!("purebee-rs: chat; /clear starts over, /exit or end of input (Ctrl-D) quits");
+    }
+    let mut line = String::new();
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            break;
+        }
+        let user = line.trim_end_matches(['\n', '\r']);
+        match user.trim() {
+            "/exit" => break,
+            "/clear" => {
+                conversation.clear();
+                eprintln!("purebee-rs: conversation cleared");
+                continue;
+            }
+            "" => continue,
+            _ => {}
+        }
+        let mut write_error = None;
+        let reply = conversation.reply(user, &opts, |piece| {
+            if write_error.is_none() {
+                if let Err(e) = write!(out, "{piece}").and_then(|_| out.flush()) {
+                    write_error = Some(e);
+                }
+            }
+        });
+        if let Some(e) = write_error {
+            return Err(e.into());
+        }
+        let reply = match reply {
+            Ok(reply) => reply,
+            // Not a failure of the program: the conversation is over.
+            Err(e @ ChatError::ContextFull { .. }) => {
+                eprintln!("purebee-rs: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        writeln!(out)?;
+        out.flush()?;
+        let prompt = format!("{} new tokens ({} reused from the cache)", reply.prefilled_tokens(), reply.reused_tokens);
+        speed::report(conversation.model().engine().name(), &prompt, reply.prefilled_tokens(), &reply.generation);
+        if reply.generation.stop == StopReason::ContextFull {
+            eprintln!(
+                "purebee-rs: the answer was cut: the conversation has outgrown the context of {n_ctx} tokens (use -c to enlarge it)"
+            );
+            return Ok(());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! The flags `run` and `chat` share (sampling, token limit, context size, engine), and the
+//! sampler and model they build.
+
+use clap::Args;
+use purebee_isa::Engine;
+use purebee_memory::gguf::GgufFile;
+use purebee_runtime::sampler::SamplerConfig;
+use purebee_runtime::{Model, ModelConfig};
+
+use crate::engine_choice::{self, EngineChoice};
+use crate::CliError;
+
+/// Sampling, context and engine flags (names as llama.cpp users know them).
+#[derive(Debug, Args)]
+pub struct GenerationArgs {
+    /// Tokens to generate (-1: until end of generation or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// Temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Top-k sampling (>= 1 when sampling).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (nucleus) sampling, in (0, 1].
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
+    pub top_p: f32,
+    /// Min-p sampling, in [0, 1].
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    pub min_p: f32,
+    /// Repeat penalty (1: off).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repeat penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Sampling seed (default: random, printed on stderr).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Context size in tokens (default: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
+    /// The engine.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: EngineChoice,
+}
+
+impl GenerationArgs {
+    /// The sampler settings, checked; a random seed is said on stderr when it matters.
+    pub fn sampler(&self) -> Result<SamplerConfig, CliError> {
+        let seed = self.seed.unwrap_or_else(random_seed);
+        let sampler = SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed,
+        };
+        sampler.validate()?;
+        if self.seed.is_none() && self.temp > 0.0 {
+            eprintln!("purebee-rs: sampling seed {seed}");
+        }
+        Ok(sampler)
+    }
+
+    /// The most tokens to generate (`-n -1`: no limit but the context).
+    pub fn max_new_tokens(&self) -> usize {
+        usize::try_from(self.n_predict).unwrap_or(usize::MAX)
+    }
+
+    /// The model of `file` on the chosen engine, with the chosen context.
+    pub fn load_model(&self, file: &GgufFile) -> Result<Model<Box<dyn Engine>>, CliError> {
+        let engine = engine_choice::create(self.engine)?;
+        let n_ctx = match self.ctx_size {
+            Some(c) => c,
+            None => ModelConfig::from_gguf(file)?.n_ctx_train.min(4096),
+        };
+        Ok(Model::load(engine, file, n_ctx)?)
+    }
+}
+
+/// A seed from the clock, for runs that did not ask for one.
+fn random_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}

@@ -1,0 +1,162 @@
+//! A multi-turn conversation on one model that keeps its KV cache between turns.
+
+use purebee_isa::Engine;
+
+use crate::tokenizer::Tokenizer;
+use crate::{generate_after_cached_prefix, GenerateOptions, Generation, Model};
+
+use super::{tokenize_prompt, ChatError, ChatMessage, ChatTemplate};
+
+/// The outcome of one turn.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// The answer's text (control tokens, such as the end-of-turn marker, left out).
+    pub text: String,
+    /// The generated ids and why generation stopped.
+    pub generation: Generation,
+    /// Tokens of the whole rendered conversation this turn answered.
+    pub prompt_tokens: usize,
+    /// How many of them the KV cache already held (not prefilled again).
+    pub reused_tokens: usize,
+}
+
+impl Reply {
+    /// Tokens prefilled this turn.
+    pub fn prefilled_tokens(&self) -> usize {
+        self.prompt_tokens - self.reused_tokens
+    }
+}
+
+/// A conversation: the messages so far and the ids the model's KV cache holds.
+///
+/// Each turn renders the whole conversation with the chat template, so the prompt is
+/// exactly what the template gives for these messages (a template may change earlier
+/// text as the conversation grows). The ids are compared with those already in the KV
+/// cache; only the suffix after the common prefix is prefilled. A turn therefore costs
+/// its new tokens, not the whole history.
+pub struct Conversation<E: Engine> {
+    model: Model<E>,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    system: Option<String>,
+    messages: Vec<ChatMessage>,
+    /// The ids at KV positions `0..cached.len()`.
+    cached: Vec<u32>,
+}
+
+impl<E: Engine> Conversation<E> {
+    /// An empty conversation on `model`, whose KV cache it takes over; `system` is the
+    /// system message it starts with (and starts over with).
+    pub fn new(model: Model<E>, tokenizer: Tokenizer, template: ChatTemplate, system: Option<String>) -> Self {
+        let mut c = Conversation { model, tokenizer, template, system, messages: Vec::new(), cached: Vec::new() };
+        c.clear();
+        c
+    }
+
+    /// Forgets every message but the system message; the KV cache is overwritten from
+    /// position 0 at the next turn.
+    pub fn clear(&mut self) {
+        self.messages.clear();
+        self.messages.extend(self.system.as_deref().map(|s| ChatMessage::new("system", s)));
+        self.cached.clear();
+    }
+
+    /// The messages so far.
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.messages
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model<E> {
+        &self.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The ids held in the KV cache, at positions `0..len`.
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.cached
+    }
+
+    /// Adds the user's message and generates the assistant's answer, calling `on_text`
+    /// with each piece of text as it is decoded. Generation stops at an end-of-generation
+    /// token unless `opts.ignore_eos`, after `opts.max_new_tokens`, or when the context
+    /// is full (`reply.generation.stop` says which); the answer, cut or not, becomes the
+    /// assistant's message.
+    ///
+    /// When the conversation no longer fits in the context this is
+    /// [`ChatError::ContextFull`]; on any error the messages are left as they were before
+    /// the call.
+    pub fn reply(
+        &mut self,
+        user: &str,
+        opts: &GenerateOptions,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Reply, ChatError> {
+        self.messages.push(ChatMessage::new("user", user));
+        let (ids, reused) = match self.prepare() {
+            Ok(p) => p,
+            Err(e) => {
+                self.messages.pop();
+                return Err(e);
+            }
+        };
+        // Positions past the common prefix are about to be overwritten.
+        self.cached.truncate(reused);
+        let mut decoder = self.tokenizer.stream_decoder().skip_control(true);
+        let mut text = String::new();
+        let tokenizer = &self.tokenizer;
+        let generation = generate_after_cached_prefix(
+            &mut self.model,
+            &ids,
+            reused,
+            opts,
+            |t| tokenizer.is_eog(t),
+            |t| {
+                let piece = decoder.push(t);
+                if !piece.is_empty() {
+                    on_text(&piece);
+                    text.push_str(&piece);
+                }
+            },
+        );
+        let generation = match generation {
+            Ok(g) => g,
+            Err(e) => {
+                self.messages.pop();
+                return Err(e.into());
+            }
+        };
+        let rest = decoder.finish();
+        if !rest.is_empty() {
+            on_text(&rest);
+            text.push_str(&rest);
+        }
+        // The last generated id was sampled but never run: it is not in the KV cache. The
+        // next turn's prompt brings it (or the template's own end of turn) back in. With
+        // nothing generated (max_new_tokens 0) the prompt was not run either.
+        if let Some((_, ran)) = generation.generated.split_last() {
+            self.cached = ids.iter().chain(ran).copied().collect();
+        }
+        self.messages.push(ChatMessage::new("assistant", &text));
+        Ok(Reply { text, prompt_tokens: ids.len(), reused_tokens: reused, generation })
+    }
+
+    /// Renders and tokenizes the conversation, checks that it fits and finds how many of
+    /// its ids the KV cache already holds (at least one id is always left to prefill: its
+    /// logits give the first token of the answer).
+    fn prepare(&self) -> Result<(Vec<u32>, usize), ChatError> {
+        let rendered = self.template.render(&self.messages, true)?;
+        let ids = tokenize_prompt(&self.tokenizer, &rendered);
+        let n_ctx = self.model.n_ctx();
+        if ids.len() > n_ctx {
+            return Err(ChatError::ContextFull { prompt_tokens: ids.len(), n_ctx });
+        }
+        let common = ids.iter().zip(&self.cached).take_while(|(a, b)| a == b).count();
+        let reused = common.min(ids.len().saturating_sub(1));
+        Ok((ids, reused))
+    }
+}

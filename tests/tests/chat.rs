@@ -1,0 +1,192 @@
+//! Chat: the GGUF's template renders the prompt llama.cpp was given (`fixtures/smollm2`),
+//! a conversation's later turns reuse the KV cache and still give exactly what a fresh
+//! model gives on the whole conversation, and a full context or a bad template is a typed
+//! error, never a panic.
+
+use purebee_engine_ref::RefEngine;
+use purebee_memory::gguf::{GgufFile, GgufWriter};
+use purebee_runtime::chat::{tokenize_prompt, ChatError, ChatMessage, ChatTemplate, Conversation, CHAT_TEMPLATE_KEY};
+use purebee_runtime::sampler::SamplerConfig;
+use purebee_runtime::tokenizer::Tokenizer;
+use purebee_runtime::{generate, GenerateOptions, Model, StopReason};
+use purebee_tests::{fixtures_dir, smollm2_gguf, tiny};
+
+const TINY: &str = "tiny_b158_f32.gguf";
+const QUESTION: &str = "What is the capital of France?";
+
+fn smollm2_case(name: &str) -> serde_json::Value {
+    let path = fixtures_dir().join("smollm2").join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("valid json")
+}
+
+fn ids_of(j: &serde_json::Value, key: &str) -> Vec<u32> {
+    j[key].as_array().expect(key).iter().map(|v| v.as_u64().expect("id") as u32).collect()
+}
+
+fn open(path: &std::path::Path) -> (GgufFile, Tokenizer, ChatTemplate) {
+    let file = GgufFile::open(path).expect("model opens");
+    let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
+    let template = ChatTemplate::from_gguf(&file, &tokenizer).expect("the file has a chat template");
+    (file, tokenizer, template)
+}
+
+fn greedy(max_new_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens,
+        ignore_eos: false,
+        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+    }
+}
+
+fn tiny_conversation(n_ctx: usize) -> Conversation<RefEngine> {
+    let (file, tokenizer, template) = open(&tiny(TINY));
+    let model = Model::load(RefEngine::new(), &file, n_ctx).expect("model loads");
+    Conversation::new(model, tokenizer, template, None)
+}
+
+#[test]
+fn the_tiny_models_template_renders_the_prompt_llama_cpp_was_given() {
+    let file = GgufFile::open(tiny(TINY)).expect("fixture opens");
+    assert!(file.get_str(CHAT_TEMPLATE_KEY).is_ok_and(|t| t.contains("<|im_start|>")), "ChatML template in {TINY}");
+    let (_, _, template) = open(&tiny(TINY));
+    let chat = smollm2_case("chat");
+    let want = chat["prompt"].as_str().expect("prompt");
+    let user = ChatMessage::new("user", QUESTION);
+    // SmolLM2's template inserts its default system prompt when none is given...
+    let rendered = template.render(std::slice::from_ref(&user), true).expect("renders");
+    assert_eq!(rendered, want);
+    // ...so a system message of that text gives the same prompt, and another text replaces it.
+    let default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+    let with_default = [ChatMessage::new("system", default_system), user.clone()];
+    assert_eq!(template.render(&with_default, true).expect("renders"), want);
+    let with_other = [ChatMessage::new("system", "Be brief."), user.clone()];
+    let other = template.render(&with_other, true).expect("renders");
+    assert!(other.starts_with("<|im_start|>system\nBe brief.<|im_end|>\n") && !other.contains("SmolLM"), "{other}");
+    // chat_nosys is the raw ChatML without a system turn, which this template never
+    // renders: it is the rendered prompt with the system turn cut off.
+    let nosys = smollm2_case("chat_nosys");
+    let nosys = nosys["prompt"].as_str().expect("prompt");
+    assert_ne!(rendered, nosys);
+    assert!(rendered.ends_with(nosys) && other.ends_with(nosys));
+    // Without the generation prompt the text ends after the user's turn.
+    let no_gen = template.render(std::slice::from_ref(&user), false).expect("renders");
+    assert_eq!(format!("{no_gen}<|im_start|>assistant\n"), want);
+}
+
+#[test]
+fn smollm2s_template_and_tokenizer_give_llama_cpps_prompt_ids() {
+    let Some(path) = smollm2_gguf() else { return };
+    let (_, tokenizer, template) = open(&path);
+    let chat = smollm2_case("chat");
+    let rendered = template.render(&[ChatMessage::new("user", QUESTION)], true).expect("renders");
+    assert_eq!(rendered, chat["prompt"].as_str().expect("prompt"));
+    assert_eq!(tokenize_prompt(&tokenizer, &rendered), ids_of(&chat, "prompt_token_ids"));
+    assert_eq!(tokenizer.token_text(2), Some("<|im_end|>"));
+    assert!(tokenizer.is_eog(2) && tokenizer.is_eog(0), "<|im_end|> and <|endoftext|> end generation");
+}
+
+#[test]
+fn later_turns_reuse_the_kv_cache_and_equal_a_fresh_prefill_of_the_whole_conversation() {
+    let mut conv = tiny_conversation(256);
+    let opts = greedy(6);
+    let first = conv.reply("Hello there.", &opts, |_| {}).expect("first turn");
+    assert_eq!(first.reused_tokens, 0);
+    let cached_after_first = conv.cached_ids().to_vec();
+    let mut streamed = String::new();
+    let second = conv.reply(QUESTION, &opts, |piece| streamed.push_str(piece)).expect("second turn");
+    assert_eq!(streamed, second.text);
+    // At least the first turn's prompt stays in the cache; only the rest is prefilled.
+    assert!(second.reused_tokens >= first.prompt_tokens, "{} < {}", second.reused_tokens, first.prompt_tokens);
+    assert!(second.reused_tokens <= cached_after_first.len());
+    assert!(second.prefilled_tokens() < second.prompt_tokens);
+
+    // The same conversation up to the second question, from scratch on a fresh model.
+    let messages = conv.messages();
+    assert_eq!(messages.len(), 4);
+    assert_eq!((messages[1].role.as_str(), messages[1].content.as_str()), ("assistant", first.text.as_str()));
+    let (file, tokenizer, template) = open(&tiny(TINY));
+    let prompt = tokenize_prompt(&tokenizer, &template.render(&messages[..3], true).expect("renders"));
+    assert_eq!(prompt.len(), second.prompt_tokens);
+    assert_eq!(&conv.cached_ids()[..prompt.len()], &prompt[..], "the cache holds the second prompt");
+    let mut fresh = Model::load(RefEngine::new(), &file, 256).expect("model loads");
+    let want = generate(&mut fresh, &prompt, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
+    assert_eq!(second.generation.generated, want.generated);
+    assert_eq!(second.generation.stop, want.stop);
+
+    // Starting over forgets the messages; the next turn prefills from position 0 again.
+    conv.clear();
+    assert!(conv.messages().is_empty() && conv.cached_ids().is_empty());
+    let again = conv.reply("Hello there.", &opts, |_| {}).expect("turn after clear");
+    assert_eq!((again.reused_tokens, again.generation.generated), (0, first.generation.generated));
+
+    // A turn that generates nothing runs nothing: the cache does not claim its prompt.
+    conv.clear();
+    let nothing = conv.reply("Hello there.", &greedy(0), |_| {}).expect("empty turn");
+    assert!(nothing.generation.generated.is_empty() && conv.cached_ids().is_empty());
+}
+
+#[test]
+fn a_conversation_that_outgrows_the_context_is_a_typed_error_and_stays_as_it_was() {
+    let (_, tokenizer, template) = open(&tiny(TINY));
+    let first_prompt =
+        tokenize_prompt(&tokenizer, &template.render(&[ChatMessage::new("user", "Hi")], true).expect("renders"));
+    // Room for the first prompt and two generated tokens: the answer is cut by the context.
+    let mut conv = tiny_conversation(first_prompt.len() + 2);
+    let long = GenerateOptions { ignore_eos: true, ..greedy(50) };
+    let reply = conv.reply("Hi", &long, |_| {}).expect("first turn fits");
+    assert_eq!(reply.prompt_tokens, first_prompt.len());
+    assert_eq!((reply.generation.stop, reply.generation.generated.len()), (StopReason::ContextFull, 3));
+    // The next turn's prompt cannot fit: a typed error with the numbers, nothing changed.
+    let before = conv.messages().to_vec();
+    match conv.reply("And then?", &long, |_| {}) {
+        Err(e @ ChatError::ContextFull { .. }) => {
+            let ChatError::ContextFull { prompt_tokens, n_ctx } = e else { unreachable!() };
+            assert_eq!(n_ctx, first_prompt.len() + 2);
+            assert!(prompt_tokens > n_ctx);
+            assert!(e.to_string().contains(&format!("outgrown the context of {n_ctx} tokens")), "{e}");
+        }
+        other => panic!("expected ContextFull, got {other:?}"),
+    }
+    assert_eq!(conv.messages(), &before[..]);
+}
+
+/// A GGUF with only a chat template key (or none).
+fn template_only(template: Option<&str>) -> GgufFile {
+    let mut w = GgufWriter::new();
+    w.add_str("general.architecture", "llama").expect("valid key");
+    if let Some(t) = template {
+        w.add_str(CHAT_TEMPLATE_KEY, t).expect("valid key");
+    }
+    GgufFile::from_bytes("chat-test.gguf", &w.to_bytes()).expect("parses")
+}
+
+#[test]
+fn a_missing_or_broken_template_is_a_typed_error_naming_the_key() {
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(tiny(TINY)).expect("opens")).expect("tokenizer");
+    match ChatTemplate::from_gguf(&template_only(None), &tokenizer) {
+        Err(e @ ChatError::MissingTemplate { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains("chat-test.gguf") && m.contains(CHAT_TEMPLATE_KEY) && m.contains("-p"), "{m}");
+        }
+        other => panic!("expected MissingTemplate, got {other:?}"),
+    }
+    match ChatTemplate::from_gguf(&template_only(Some("{% for m in messages %}{{ m.content }}")), &tokenizer) {
+        Err(e @ ChatError::Parse { .. }) => assert!(e.to_string().contains(CHAT_TEMPLATE_KEY), "{e}"),
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+    let rejects = "{{ raise_exception('Only user and assistant roles are supported!') }}";
+    let template = ChatTemplate::from_gguf(&template_only(Some(rejects)), &tokenizer).expect("parses");
+    match template.render(&[ChatMessage::new("user", "x")], true) {
+        Err(e @ ChatError::Render { .. }) => {
+            assert!(e.to_string().contains("Only user and assistant roles are supported!"), "{e}")
+        }
+        other => panic!("expected a render error, got {other:?}"),
+    }
+    // The error of a conversation's turn is the same typed error, and the turn is undone.
+    let file = GgufFile::open(tiny(TINY)).expect("opens");
+    let model = Model::load(RefEngine::new(), &file, 64).expect("model loads");
+    let mut conv = Conversation::new(model, tokenizer, template, Some("sys".into()));
+    assert!(matches!(conv.reply("x", &greedy(2), |_| {}), Err(ChatError::Render { .. })));
+    assert_eq!(conv.messages(), &[ChatMessage::new("system", "sys")]);
+}
