@@ -130,6 +130,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
             writeln!(out, "{j}")?;
         }
     }
+    // The text ends before the speed line on stderr, in a terminal too.
+    out.flush()?;
     if g.stop == StopReason::ContextFull {
         eprintln!("purebee-rs: stopped: the context of {} tokens is full (-c to enlarge it)", model.n_ctx());
     }
