@@ -37,7 +37,9 @@ pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mu
     let model = args.generation.load_model(&file)?;
     let n_ctx = model.n_ctx();
     // Each answer ends at the model's end-of-turn token.
-    let opts = GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler };
+    let mut opts = GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler };
+    let first_seed = opts.sampler.seed;
+    let mut turn = 0u64;
     let mut conversation = Conversation::new(model, tokenizer, template, args.system.clone());
     if interactive {
         eprintln!("purebee-rs: chat; /clear starts over, /exit or end of input (Ctrl-D) quits");
@@ -62,6 +64,10 @@ pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mu
             "" => continue,
             _ => {}
         }
+        // Each turn draws from its own stream (seed, seed + 1, ...): reproducible with --seed,
+        // without every answer repeating the first one's random draws.
+        opts.sampler.seed = first_seed.wrapping_add(turn);
+        turn += 1;
         let mut write_error = None;
         let reply = conversation.reply(user, &opts, |piece| {
             if write_error.is_none() {
