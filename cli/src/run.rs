@@ -73,6 +73,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
         return Err(format!("--tokens: id {bad} is outside the vocabulary of {} tokens", model.config().n_vocab).into());
     }
+    // Checked before the prompt is echoed, so an oversized prompt is an error and nothing else.
     if prompt_ids.len() > model.n_ctx() {
         let c = model.config();
         return Err(purebee_runtime::ModelError::ContextFull {

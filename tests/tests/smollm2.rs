@@ -194,7 +194,14 @@ fn llama_cpp_moves_its_own_logits_by_more_than_0_2_and_less_than_our_bound() {
 #[test]
 fn smollm2_on_the_reference_engine_matches_llama_cpp() {
     let Some(path) = smollm2_gguf() else { return };
-    check(&path, RefEngine::new());
+    reference_logits(&path);
+}
+
+/// The reference engine's checks and teacher-forced logits, run once per test binary (both
+/// tests need them; a panic inside poisons the cell and fails both).
+fn reference_logits(path: &std::path::Path) -> &'static [Vec<f32>] {
+    static LOGITS: std::sync::OnceLock<Vec<Vec<f32>>> = std::sync::OnceLock::new();
+    LOGITS.get_or_init(|| check(path, RefEngine::new()))
 }
 
 #[test]
@@ -207,8 +214,7 @@ fn smollm2_on_the_gpu_engine_matches_llama_cpp_and_the_reference_engine() {
         panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
     });
     let gpu_logits = check(&path, gpu);
-    let ref_logits = check(&path, RefEngine::new());
-    for ((c, g), r) in cases().iter().zip(&gpu_logits).zip(&ref_logits) {
+    for ((c, g), r) in cases().iter().zip(&gpu_logits).zip(reference_logits(&path)) {
         let max = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         eprintln!("{}: GPU vs reference engine: max abs {max:.2e}", c.name);
         assert!(max <= GPU_VS_REF, "{}: GPU vs reference engine max abs {max}", c.name);
