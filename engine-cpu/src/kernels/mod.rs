@@ -1,0 +1,11 @@
+//! The engine's only unsafe code: SIMD kernels (`std::arch` intrinsics behind run-time
+//! feature detection) and the thread pool that lends a closure to its workers. Every
+//! `unsafe` block says why it is sound in a `// SAFETY:` comment; the code outside this
+//! module is safe Rust (`tests/tests/architecture.rs` checks both).
+
+pub mod linear;
+pub mod pool;
+pub mod simd;
+pub mod ternary;
+
+pub use simd::SimdLevel;

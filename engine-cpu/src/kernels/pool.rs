@@ -1,0 +1,261 @@
+//! A persistent thread pool for one instruction at a time.
+//!
+//! Decode runs a few hundred small instructions per token, so spreading one over the threads
+//! and joining must cost a microsecond or two, not the tens that spawning threads or a
+//! general work-stealing pool's wake-ups cost. The workers are started once and spin on an
+//! epoch counter between jobs (then sleep on a condition variable after about a
+//! millisecond without work, so an idle engine does not burn its cores):
+//!
+//! ```text
+//! caller: job = {f, n_tasks}; epoch += 1 ──▶ workers see the new epoch
+//!         claims tasks (next.fetch_add) ◀──▶ workers claim tasks
+//!         waits until every worker checked out of the job (left == 0), returns
+//! ```
+//!
+//! Waiting for every worker to check out, not only for the tasks to finish, is what makes
+//! lending the caller's closure (on its stack) to the workers sound: no worker touches the
+//! job after `run` returns.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Spins before a worker goes to sleep (each spin is a `spin_loop` hint, tens of ns).
+const SPINS_BEFORE_SLEEP: u32 = 1 << 16;
+
+/// One job: `f(i)` for every `i < n_tasks`, tasks claimed with `next`.
+struct Job<'a> {
+    f: &'a (dyn Fn(usize) + Sync),
+    n_tasks: usize,
+    next: AtomicUsize,
+}
+
+impl Job<'_> {
+    fn work(&self) {
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n_tasks {
+                return;
+            }
+            (self.f)(i);
+        }
+    }
+}
+
+struct Shared {
+    /// Bumped once per job; workers compare it with the last one they ran.
+    epoch: AtomicUsize,
+    /// The current job (a `Job` on the caller's stack), valid while `left > 0`.
+    job: AtomicPtr<Job<'static>>,
+    /// Workers that have not yet checked out of the current job.
+    left: AtomicUsize,
+    /// Workers asleep on `wake`.
+    sleeping: AtomicUsize,
+    /// Set when a task panicked on a worker (a bug in a kernel): the caller re-raises it.
+    panicked: AtomicBool,
+    lock: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// The caller plus `threads − 1` workers.
+pub struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// A pool of `threads` threads in all (the caller counts as one; `threads` ≥ 1).
+    pub fn new(threads: usize) -> std::io::Result<Pool> {
+        let shared = Arc::new(Shared {
+            epoch: AtomicUsize::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            left: AtomicUsize::new(0),
+            sleeping: AtomicUsize::new(0),
+            lock: Mutex::new(false),
+            wake: Condvar::new(),
+            panicked: AtomicBool::new(false),
+        });
+        let mut pool = Pool { shared, workers: Vec::new() };
+        for i in 1..threads.max(1) {
+            let shared = Arc::clone(&pool.shared);
+            // On failure `pool` is dropped here, which stops the workers already started.
+            pool.workers
+                .push(std::thread::Builder::new().name(format!("purebee-cpu-{i}")).spawn(move || worker(&shared))?);
+        }
+        Ok(pool)
+    }
+
+    /// Threads in all, the caller included.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Calls `f(i)` once for every `i` in `0..n_tasks`, spread over the threads, and returns
+    /// when all calls have returned. Tasks are claimed in increasing order.
+    pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.workers.is_empty() || n_tasks <= 1 {
+            (0..n_tasks).for_each(f);
+            return;
+        }
+        let job = Job { f, n_tasks, next: AtomicUsize::new(0) };
+        let s = &*self.shared;
+        s.left.store(self.workers.len(), Ordering::Relaxed);
+        // SAFETY: the pointer is only dereferenced by workers between the epoch bump below
+        // and their decrement of `left`; this function does not return (so `job` and `f`,
+        // which it borrows, stay alive) until `left` is back to 0. The lifetime is erased
+        // only to store the pointer in the shared atomic.
+        let ptr = unsafe { std::mem::transmute::<*const Job<'_>, *mut Job<'static>>(&job) };
+        s.job.store(ptr, Ordering::Release);
+        s.epoch.fetch_add(1, Ordering::SeqCst);
+        if s.sleeping.load(Ordering::SeqCst) > 0 {
+            let _guard = s.lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.wake.notify_all();
+        }
+        // The workers must check out before this frame unwinds, so a panic here waits too.
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.work()));
+        while s.left.load(Ordering::Acquire) != 0 {
+            std::hint::spin_loop();
+        }
+        if let Err(payload) = mine {
+            std::panic::resume_unwind(payload);
+        }
+        if s.panicked.swap(false, Ordering::Relaxed) {
+            panic!("a task of the CPU engine's thread pool panicked (see the message above)");
+        }
+    }
+
+    /// Splits `out` into chunks of `chunk` elements (the last may be shorter) and calls
+    /// `f(index, chunk)` for each, spread over the threads.
+    pub fn for_each_chunk<T: Send>(&self, out: &mut [T], chunk: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {
+        let chunk = chunk.max(1);
+        let len = out.len();
+        let base = SendPtr(out.as_mut_ptr());
+        self.run(len.div_ceil(chunk), &|i| {
+            let start = i * chunk;
+            let end = (start + chunk).min(len);
+            // SAFETY: task `i` runs exactly once (see `run`) and gets elements
+            // `start..end` of `out`; the ranges of distinct tasks are disjoint and lie
+            // inside `out`, which stays mutably borrowed by this function until every task
+            // has returned.
+            let part = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+            f(i, part)
+        });
+    }
+}
+
+/// A raw pointer that may cross threads (the disjointness argument is in `for_each_chunk`).
+struct SendPtr<T>(*mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: only used by `for_each_chunk`, whose tasks touch disjoint ranges.
+unsafe impl<T: Send> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        {
+            let mut stop = self.shared.lock.lock().unwrap_or_else(|p| p.into_inner());
+            *stop = true;
+        }
+        // A null job with a new epoch tells the workers to exit.
+        self.shared.job.store(std::ptr::null_mut(), Ordering::Release);
+        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+fn worker(s: &Shared) {
+    // Epoch 0 is the pool's start: a job published before this thread got here is still
+    // seen (and must be, since the caller waits for every worker to check out).
+    let mut seen = 0;
+    loop {
+        let mut spins = 0u32;
+        let epoch = loop {
+            let e = s.epoch.load(Ordering::Acquire);
+            if e != seen {
+                break e;
+            }
+            spins += 1;
+            if spins < SPINS_BEFORE_SLEEP {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut stop = s.lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.sleeping.fetch_add(1, Ordering::SeqCst);
+            while s.epoch.load(Ordering::SeqCst) == seen && !*stop {
+                stop = s.wake.wait(stop).unwrap_or_else(|p| p.into_inner());
+            }
+            s.sleeping.fetch_sub(1, Ordering::SeqCst);
+            spins = 0;
+        };
+        seen = epoch;
+        let ptr = s.job.load(Ordering::Acquire);
+        if ptr.is_null() {
+            return;
+        }
+        // SAFETY: a non-null job pointer published with this epoch stays valid until this
+        // worker decrements `left` (see `Pool::run`).
+        let job = unsafe { &*ptr };
+        // A panicking task must still check out, or the caller would wait forever.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.work())).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
+        s.left.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn every_task_runs_once_on_any_thread_count() {
+        for threads in 1..=4 {
+            let pool = Pool::new(threads).expect("threads");
+            for n in [0, 1, 2, 3, 17, 1000] {
+                let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+                pool.run(n, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "threads {threads}, n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_are_disjoint_and_cover_the_slice() {
+        let pool = Pool::new(3).expect("threads");
+        let mut v = vec![0usize; 1001];
+        pool.for_each_chunk(&mut v, 64, &|i, part| {
+            for (j, x) in part.iter_mut().enumerate() {
+                *x += i * 64 + j + 1;
+            }
+        });
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i + 1));
+    }
+
+    #[test]
+    fn workers_wake_after_sleeping() {
+        let pool = Pool::new(2).expect("threads");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let sum = AtomicU64::new(0);
+        pool.run(100, &|i| {
+            sum.fetch_add(i as u64, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 4950);
+    }
+}

@@ -1,0 +1,224 @@
+//! BITLINEAR: per-token int8 activations × ternary codes, exact integer sums per scale
+//! block, then `y = Σ_b d_b · isum_b / s · scale` in f64 in the reference's order, so the
+//! outputs are bit for bit the reference engine's.
+//!
+//! The activations are quantized once per contents of `x` and kept ([`Activations`]): the
+//! q, k and v projections (and gate and up) read the same normed activations and share
+//! one quantization, which the ISA's semantics allow since it is a pure function of `x`.
+//!
+//! - One token: each thread takes blocks of weight rows and sums straight from the packed
+//!   2-bit codes (TQ2_0, I2_S) or from a TQ1_0 block unpacked to one code per byte.
+//! - Several tokens: weight-stationary; a tile of rows is unpacked to one code per byte
+//!   once, then multiplied against every token.
+
+use purebee_isa::ops::BitLinear;
+use purebee_isa::ExecError;
+use purebee_memory::quant::{i2_s, QuantMatrix};
+use purebee_memory::{DType, TensorId};
+
+use super::linear::{rows_per_task, transpose};
+use super::{f32s_mut, Exec};
+use crate::kernels::pool::Pool;
+use crate::kernels::ternary::{self as t, CHUNK_ELEMS};
+use crate::kernels::SimdLevel;
+use crate::store::{dims, mem, Store};
+
+/// Weight rows unpacked together in prefill.
+const TILE_ROWS: usize = 8;
+
+/// The int8 activations of one `x`, and the `x` (and its version) they came from.
+#[derive(Default)]
+pub(crate) struct Activations {
+    key: Option<(TensorId, u64)>,
+    k: usize,
+    /// `[n, k]`.
+    q: Vec<i8>,
+    /// `[n]`.
+    s: Vec<f32>,
+    /// `[n, k / 128]`: `Σ q` per 128 elements.
+    sums: Vec<i32>,
+}
+
+impl Activations {
+    fn update(&mut self, level: SimdLevel, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
+        let key = store.version(x_id).map(|v| (x_id, v));
+        if key.is_some() && key == self.key && self.k == k && self.s.len() == n {
+            return;
+        }
+        let groups = k / CHUNK_ELEMS;
+        self.q.resize(n * k, 0);
+        self.s.resize(n, 0.0);
+        self.sums.resize(n * groups, 0);
+        for r in 0..n {
+            let sums = &mut self.sums[r * groups..(r + 1) * groups];
+            self.s[r] = t::quantize_row(level, &x[r * k..(r + 1) * k], &mut self.q[r * k..(r + 1) * k], sums);
+        }
+        self.k = k;
+        self.key = key;
+    }
+
+    fn q(&self, r: usize) -> &[i8] {
+        &self.q[r * self.k..(r + 1) * self.k]
+    }
+
+    fn sums(&self, r: usize) -> &[i32] {
+        let g = self.k / CHUNK_ELEMS;
+        &self.sums[r * g..(r + 1) * g]
+    }
+}
+
+pub(crate) fn run(e: &mut Exec, b: &BitLinear) -> Result<(), ExecError> {
+    const OP: &str = "BITLINEAR";
+    e.store.f32s(e.reg, OP, b.x)?;
+    let (m, k) = dims(e.reg, OP, b.weight)?;
+    let dtype = e.reg.desc(b.weight).map_err(mem(OP))?.dtype;
+    let reg = e.reg;
+    let decode_error = |reason: String| ExecError::Decode { op: OP, tensor: reg.name(b.weight).to_string(), reason };
+    QuantMatrix::new(dtype, e.store.bytes(reg, OP, b.weight)?, m, k).map_err(|e| decode_error(e.to_string()))?;
+    if !dtype.is_ternary() || k % CHUNK_ELEMS != 0 {
+        return Err(decode_error("not a ternary type".to_string()));
+    }
+    let (n, _) = dims(reg, OP, b.x)?;
+    let out_scale = match b.scale {
+        Some(id) => e.store.f32s(reg, OP, id)?.first().copied().unwrap_or(1.0) as f64,
+        None => 1.0,
+    };
+    let (pool, level) = (e.pool, e.level);
+    let acts = &mut e.caches.activations;
+    acts.update(level, e.store, b.x, e.store.f32s(reg, OP, b.x)?, n, k);
+    e.store.with_output(reg, OP, b.out, |store, words| {
+        let bytes = store.bytes(reg, OP, b.weight)?;
+        let w = Ternary::new(dtype, bytes, m, k);
+        let out = f32s_mut(words, n * m);
+        if n == 1 {
+            gemv(pool, level, &w, acts, out_scale, out);
+        } else {
+            gemm(pool, level, &w, acts, n, out_scale, out);
+        }
+        Ok(())
+    })
+}
+
+/// A ternary weight in its file layout.
+struct Ternary<'a> {
+    dtype: DType,
+    bytes: &'a [u8],
+    k: usize,
+    /// Bytes per row.
+    row_bytes: usize,
+    /// I2_S: the tensor's scale.
+    i2s_scale: f32,
+}
+
+impl<'a> Ternary<'a> {
+    fn new(dtype: DType, bytes: &'a [u8], m: usize, k: usize) -> Ternary<'a> {
+        let row_bytes = dtype.row_bytes(k).unwrap_or(0);
+        let i2s_scale = match bytes.get(m * row_bytes..).and_then(|t| t.first_chunk::<{ i2_s::TRAILER_BYTES }>()) {
+            Some(trailer) if dtype == DType::I2_S => i2_s::scale(trailer),
+            _ => 0.0,
+        };
+        Ternary { dtype, bytes, k, row_bytes, i2s_scale }
+    }
+
+    fn row(&self, j: usize) -> &'a [u8] {
+        &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
+    }
+
+    /// `y = Σ_b d_b · isum_b / s · scale` for row `j` and token `r`, the raw code sums
+    /// per scale block given by `raw(b)`.
+    fn finish(&self, j: usize, acts: &Activations, r: usize, out_scale: f64, raw: impl Fn(usize) -> i32) -> f32 {
+        let sums = acts.sums(r);
+        let y: f64 = match self.dtype {
+            DType::I2_S => {
+                let isum = raw(0) as i64 - sums.iter().map(|&v| v as i64).sum::<i64>();
+                std::iter::once(self.i2s_scale as f64 * isum as f64).sum()
+            }
+            _ => {
+                let row = self.row(j);
+                let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
+                (0..self.k / 256)
+                    .map(|b| {
+                        let d = half::f16::from_bits(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]));
+                        let isum = raw(b) as i64 - (sums[2 * b] + sums[2 * b + 1]) as i64;
+                        d.to_f32() as f64 * isum as f64
+                    })
+                    .sum()
+            }
+        };
+        (y / acts.s[r] as f64 * out_scale) as f32
+    }
+}
+
+fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
+    let chunk = rows_per_task(pool, out.len());
+    let q = acts.q(0);
+    pool.for_each_chunk(out, chunk, &|i, o| {
+        let mut codes = [0u8; 256];
+        for (jj, y) in o.iter_mut().enumerate() {
+            let j = i * chunk + jj;
+            let row = w.row(j);
+            *y = match w.dtype {
+                DType::TQ2_0 => w.finish(j, acts, 0, out_scale, |b| {
+                    t::packed_dot(level, &row[66 * b..66 * b + 64], &t::TQ2_0_SHIFTS, &q[256 * b..256 * b + 256])
+                }),
+                DType::I2_S => w.finish(j, acts, 0, out_scale, |_| t::packed_dot(level, row, &t::I2_S_SHIFTS, q)),
+                _ => {
+                    // TQ1_0: the per-block sums are computed first (the closure cannot
+                    // borrow `codes` mutably).
+                    let raws: Vec<i32> = (0..w.k / 256)
+                        .map(|b| {
+                            t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
+                            t::codes_dot(level, &codes, &q[256 * b..256 * b + 256])
+                        })
+                        .collect();
+                    w.finish(j, acts, 0, out_scale, |b| raws[b])
+                }
+            };
+        }
+    });
+}
+
+/// Row `j` unpacked to one code per byte.
+fn unpack_row(w: &Ternary, j: usize, codes: &mut [u8]) {
+    let row = w.row(j);
+    match w.dtype {
+        DType::TQ2_0 => {
+            for (b, c) in codes.chunks_exact_mut(256).enumerate() {
+                t::unpack_chunks(&row[66 * b..66 * b + 64], &t::TQ2_0_SHIFTS, c);
+            }
+        }
+        DType::I2_S => t::unpack_chunks(row, &t::I2_S_SHIFTS, codes),
+        _ => {
+            for (b, c) in codes.chunks_exact_mut(256).enumerate() {
+                let mut block = [0u8; 256];
+                t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut block);
+                c.copy_from_slice(&block);
+            }
+        }
+    }
+}
+
+fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
+    let (m, k) = (out.len() / n.max(1), w.k);
+    let mut by_row = vec![0f32; m * n];
+    pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
+        let rows = o.len() / n;
+        let mut codes = vec![0u8; rows * k];
+        for (r, c) in codes.chunks_exact_mut(k.max(1)).enumerate() {
+            unpack_row(w, i * TILE_ROWS + r, c);
+        }
+        for (r, c) in codes.chunks_exact(k.max(1)).enumerate() {
+            let j = i * TILE_ROWS + r;
+            for tok in 0..n {
+                let q = acts.q(tok);
+                o[r * n + tok] = match w.dtype {
+                    DType::I2_S => w.finish(j, acts, tok, out_scale, |_| t::codes_dot(level, c, q)),
+                    _ => w.finish(j, acts, tok, out_scale, |b| {
+                        t::codes_dot(level, &c[256 * b..256 * b + 256], &q[256 * b..256 * b + 256])
+                    }),
+                };
+            }
+        }
+    });
+    transpose(&by_row, m, n, out);
+}

@@ -1,0 +1,60 @@
+//! TENSOR_ADD, ELEMENT_MUL (exactly rounded f32 operations, bit for bit the reference's),
+//! SILU (fast exp), RELU2 (one f32 product: the reference's f64 square rounded once is the
+//! same value), GELU (the reference's f64 formula; no model here runs it in a hot loop).
+
+use purebee_isa::ops::{Binary, Unary};
+use purebee_isa::ExecError;
+
+use super::{f32s_mut, input, math, maybe_aliased, Exec};
+
+/// `out_i = f(a_i, b_i)`; `out` may be `a` or `b`.
+pub(crate) fn binary(e: &mut Exec, op: &'static str, i: &Binary, f: fn(f32, f32) -> f32) -> Result<(), ExecError> {
+    let a_copy = maybe_aliased(e, op, i.a, i.out)?;
+    let b_copy = maybe_aliased(e, op, i.b, i.out)?;
+    let reg = e.reg;
+    e.store.with_output(reg, op, i.out, |store, words| {
+        let a = input(store, reg, op, i.a, &a_copy)?;
+        let b = input(store, reg, op, i.b, &b_copy)?;
+        for ((o, &x), &y) in f32s_mut(words, a.len()).iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+        Ok(())
+    })
+}
+
+/// `out_i = f(x_i)`; `out` may be `x`.
+pub(crate) fn unary(e: &mut Exec, op: &'static str, i: &Unary, f: fn(f32) -> f32) -> Result<(), ExecError> {
+    let x_copy = maybe_aliased(e, op, i.x, i.out)?;
+    let reg = e.reg;
+    e.store.with_output(reg, op, i.out, |store, words| {
+        let x = input(store, reg, op, i.x, &x_copy)?;
+        for (o, &v) in f32s_mut(words, x.len()).iter_mut().zip(x) {
+            *o = f(v);
+        }
+        Ok(())
+    })
+}
+
+/// SILU `x / (1 + e^(−x))`, as `x·e^x / (1 + e^x)` for negative `x` so that large negative
+/// inputs keep their tiny (subnormal) results instead of dividing by infinity.
+pub(crate) fn silu(x: f32) -> f32 {
+    if x < 0.0 {
+        let t = math::exp(x);
+        x * t / (1.0 + t)
+    } else {
+        x / (1.0 + math::exp(-x))
+    }
+}
+
+/// RELU2 `max(x, 0)²`.
+pub(crate) fn relu2(x: f32) -> f32 {
+    let r = x.max(0.0);
+    r * r
+}
+
+/// GELU, tanh approximation, evaluated in f64 and rounded once (as the reference).
+pub(crate) fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    let x = x as f64;
+    (0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())) as f32
+}

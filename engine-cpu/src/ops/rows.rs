@@ -1,0 +1,92 @@
+//! Row instructions: RMS_NORM, SOFTMAX, ARGMAX (each row on its own; rows are short, so
+//! one thread).
+
+use purebee_isa::ops::{Argmax, RmsNorm, Softmax};
+use purebee_isa::ExecError;
+
+use super::{f32s_mut, input, math, maybe_aliased, Exec};
+use crate::store::dims;
+
+/// `out_i = x_i / sqrt(mean(x²) + eps) · w_i`: the mean of squares in f64 (eight partial
+/// sums), each result computed in f64 and rounded once, as the reference does.
+pub(crate) fn rms_norm(e: &mut Exec, n: &RmsNorm) -> Result<(), ExecError> {
+    const OP: &str = "RMS_NORM";
+    let (_, d) = dims(e.reg, OP, n.x)?;
+    let x_copy = maybe_aliased(e, OP, n.x, n.out)?;
+    e.store.f32s(e.reg, OP, n.weight)?;
+    let reg = e.reg;
+    e.store.with_output(reg, OP, n.out, |store, words| {
+        let x = input(store, reg, OP, n.x, &x_copy)?;
+        let w = store.f32s(reg, OP, n.weight)?;
+        let out = f32s_mut(words, x.len());
+        for (row, o) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(d.max(1))) {
+            let mut acc = [0f64; 8];
+            let chunks = row.chunks_exact(8);
+            let tail: f64 = chunks.remainder().iter().map(|&v| v as f64 * v as f64).sum();
+            for c in chunks {
+                for (a, &v) in acc.iter_mut().zip(c) {
+                    *a += v as f64 * v as f64;
+                }
+            }
+            let mean_sq = (acc.iter().sum::<f64>() + tail) / d as f64;
+            let inv = 1.0 / (mean_sq + n.eps as f64).sqrt();
+            for ((o, &v), &wi) in o.iter_mut().zip(row).zip(w) {
+                *o = (v as f64 * inv * wi as f64) as f32;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `out_i = e^(v_i − max) / Σ e^(v_j − max)`: exponentials in f32 (fast exp), the sum in
+/// f64. A row holding +∞ or NaN gives NaN (its maximum is then +∞ or NaN, as in the
+/// reference).
+pub(crate) fn softmax(e: &mut Exec, s: &Softmax) -> Result<(), ExecError> {
+    const OP: &str = "SOFTMAX";
+    let (_, d) = dims(e.reg, OP, s.x)?;
+    let x_copy = maybe_aliased(e, OP, s.x, s.out)?;
+    let reg = e.reg;
+    e.store.with_output(reg, OP, s.out, |store, words| {
+        let x = input(store, reg, OP, s.x, &x_copy)?;
+        let out = f32s_mut(words, x.len());
+        for (row, o) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(d.max(1))) {
+            softmax_row(row, o);
+        }
+        Ok(())
+    })
+}
+
+/// One row of SOFTMAX into `out`.
+pub(crate) fn softmax_row(row: &[f32], out: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, |a, b| if b > a || b.is_nan() { b } else { a });
+    let mut sum = 0f64;
+    for (o, &v) in out.iter_mut().zip(row) {
+        *o = math::exp(v - max);
+        sum += *o as f64;
+    }
+    for o in out.iter_mut() {
+        *o = (*o as f64 / sum) as f32;
+    }
+}
+
+/// The lowest index of each row's maximum; NaN never wins; 0 for an all-NaN row.
+pub(crate) fn argmax(e: &mut Exec, a: &Argmax) -> Result<(), ExecError> {
+    const OP: &str = "ARGMAX";
+    let (rows, m) = dims(e.reg, OP, a.x)?;
+    e.store.f32s(e.reg, OP, a.x)?;
+    let reg = e.reg;
+    e.store.with_output(reg, OP, a.out, |store, words| {
+        let x = store.f32s(reg, OP, a.x)?;
+        for (r, o) in words.iter_mut().take(rows).enumerate() {
+            let row = &x[r * m..(r + 1) * m];
+            let mut best: Option<(usize, f32)> = None;
+            for (i, &v) in row.iter().enumerate() {
+                if !v.is_nan() && best.is_none_or(|(_, b)| v > b) {
+                    best = Some((i, v));
+                }
+            }
+            *o = best.map_or(0, |(i, _)| i) as u32;
+        }
+        Ok(())
+    })
+}
