@@ -25,7 +25,7 @@ use purebee_memory::gguf::GgufFile;
 use purebee_runtime::{Model, ModelError};
 use serde_json::{json, Value};
 
-use crate::engine_choice::{self, EngineChoice};
+use crate::engine_choice::{self, EngineArgs};
 use crate::synth::{Bytes, SplitMix64};
 use crate::CliError;
 
@@ -43,9 +43,9 @@ pub enum Output {
 pub struct BenchArgs {
     /// The GGUF model.
     pub model: PathBuf,
-    /// The engine.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub engine: EngineChoice,
+    /// The engine and its threads.
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Prompt tokens of the prefill phase (0: no prefill phase).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
     pub n_prompt: usize,
@@ -206,7 +206,7 @@ fn repetition<E: Engine>(
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let n_ctx = check_flags(args)?;
     let file = GgufFile::open(&args.model)?;
-    let engine = engine_choice::create(args.engine)?;
+    let engine = engine_choice::create(&args.engine)?;
     let load_start = Instant::now();
     let mut model = Model::load(engine, &file, n_ctx)
         .map_err(|source| BenchError::Load { file: args.model.clone(), source: Box::new(source) })?;

@@ -1,6 +1,8 @@
-//! `--engine ref|gpu|auto`: which engine runs the model, said on stderr.
+//! `--engine ref|cpu|gpu|auto` and `-t/--threads`: which engine runs the model, said on
+//! stderr.
 
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
+use purebee_engine_cpu::{CpuEngine, CpuOptions, SimdLevel};
 use purebee_engine_gpu::{GpuEngine, GpuError, GpuOptions};
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
@@ -10,21 +12,36 @@ use crate::CliError;
 /// The engines a user can ask for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineChoice {
-    /// The scalar reference engine (CPU).
+    /// The scalar reference engine (CPU): the oracle, slow.
     Ref,
+    /// The native CPU engine (SIMD kernels, threads).
+    Cpu,
     /// The wgpu engine on the best adapter, a CPU one (Mesa's lavapipe) included.
     Gpu,
-    /// The wgpu engine on a real GPU when one exists, else the reference engine.
+    /// The wgpu engine on a real GPU when one exists, else the native CPU engine.
     Auto,
 }
 
+/// The engine flags every model-running subcommand takes.
+#[derive(Clone, Debug, Args)]
+pub struct EngineArgs {
+    /// The engine.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: EngineChoice,
+    /// CPU engine threads (default: the physical cores); more than the logical CPUs are
+    /// clamped to them.
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+}
+
 /// Creates the chosen engine, saying on stderr which adapter and engine run.
-pub fn create(choice: EngineChoice) -> Result<Box<dyn Engine>, CliError> {
-    match choice {
+pub fn create(args: &EngineArgs) -> Result<Box<dyn Engine>, CliError> {
+    match args.engine {
         EngineChoice::Ref => {
             eprintln!("purebee-rs: engine ref (CPU)");
             Ok(Box::new(RefEngine::new()))
         }
+        EngineChoice::Cpu => cpu(args),
         EngineChoice::Gpu => {
             let gpu = GpuEngine::new(&GpuOptions::default())?;
             eprintln!("purebee-rs: engine gpu on {}", gpu.context().describe());
@@ -36,10 +53,36 @@ pub fn create(choice: EngineChoice) -> Result<Box<dyn Engine>, CliError> {
                 Ok(Box::new(gpu))
             }
             Err(GpuError::NoAdapter) => {
-                eprintln!("purebee-rs: no GPU adapter found; using the reference engine (CPU). --engine gpu also accepts a CPU Vulkan driver such as lavapipe");
-                Ok(Box::new(RefEngine::new()))
+                eprintln!("purebee-rs: no GPU adapter found; using the CPU engine");
+                cpu(args)
             }
             Err(e) => Err(e.into()),
         },
     }
+}
+
+/// The CPU engine with `--threads` checked: 0 is an error, more than the logical CPUs is
+/// clamped with a message. `PUREBEE_CPU_SIMD=portable|avx2` forces a SIMD path.
+fn cpu(args: &EngineArgs) -> Result<Box<dyn Engine>, CliError> {
+    let available = purebee_engine_cpu::logical_cpus();
+    let threads = match args.threads {
+        Some(0) => return Err("--threads 0: the CPU engine needs at least one thread".into()),
+        Some(t) if t > available => {
+            eprintln!("purebee-rs: --threads {t} is more than the {available} logical CPUs; using {available}");
+            Some(available)
+        }
+        t => t,
+    };
+    let simd = match std::env::var("PUREBEE_CPU_SIMD") {
+        Ok(name) => Some(SimdLevel::from_name(&name).ok_or_else(|| {
+            format!("PUREBEE_CPU_SIMD={name}: expected one of {}", SimdLevel::ALL.map(|l| l.name()).join(", "))
+        })?),
+        Err(_) => None,
+    };
+    let cpu = CpuEngine::new(&CpuOptions { threads, simd })?;
+    if cpu.simd() == SimdLevel::Portable && simd.is_none() {
+        eprintln!("purebee-rs: this CPU lacks AVX2/FMA/F16C; the CPU engine uses its portable kernels (slower)");
+    }
+    eprintln!("purebee-rs: engine cpu ({} kernels, {} threads)", cpu.simd(), cpu.threads());
+    Ok(Box::new(cpu))
 }

@@ -7,7 +7,7 @@ use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::{Model, ModelConfig};
 
-use crate::engine_choice::{self, EngineChoice};
+use crate::engine_choice::{self, EngineArgs};
 use crate::CliError;
 
 /// Sampling, context and engine flags (names as llama.cpp users know them).
@@ -40,9 +40,9 @@ pub struct GenerationArgs {
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(short = 'c', long = "ctx-size")]
     pub ctx_size: Option<usize>,
-    /// The engine.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub engine: EngineChoice,
+    /// The engine and its threads.
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 impl GenerationArgs {
@@ -72,7 +72,7 @@ impl GenerationArgs {
 
     /// The model of `file` on the chosen engine, with the chosen context.
     pub fn load_model(&self, file: &GgufFile) -> Result<Model<Box<dyn Engine>>, CliError> {
-        let engine = engine_choice::create(self.engine)?;
+        let engine = engine_choice::create(&self.engine)?;
         let n_ctx = match self.ctx_size {
             Some(c) => c,
             None => ModelConfig::from_gguf(file)?.n_ctx_train.min(4096),

@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::{LogitsRows, Model};
 
-use crate::engine_choice::{self, EngineChoice};
+use crate::engine_choice::{self, EngineArgs};
 use crate::{npy, CliError};
 
 /// How the sequence goes through the model.
@@ -26,9 +26,9 @@ pub struct LogitsArgs {
     /// Token ids, comma separated.
     #[arg(long, value_delimiter = ',', required = true)]
     pub tokens: Vec<u32>,
-    /// The engine.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub engine: EngineChoice,
+    /// The engine and its threads.
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Prefill (batched) or decode (token by token).
     #[arg(long, value_enum, default_value = "prefill")]
     pub mode: Mode,
@@ -43,7 +43,7 @@ pub struct LogitsArgs {
 /// Runs `logits`.
 pub fn run(args: &LogitsArgs) -> Result<(), CliError> {
     let file = GgufFile::open(&args.model)?;
-    let engine = engine_choice::create(args.engine)?;
+    let engine = engine_choice::create(&args.engine)?;
     let n_ctx = args.ctx_size.unwrap_or(args.tokens.len()).max(1);
     let mut model = Model::load(engine, &file, n_ctx)?;
     let vocab = model.config().n_vocab;

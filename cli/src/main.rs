@@ -21,6 +21,7 @@ mod generation_args;
 mod inspect;
 mod logits;
 mod npy;
+mod quantize;
 mod run;
 mod speed;
 mod synth;
@@ -52,6 +53,8 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Measure prefill and decode tokens/s of a model on an engine.
     Bench(bench::BenchArgs),
+    /// Rewrite a GGUF file with its token embedding stored as Q8_0, every other tensor as is.
+    Quantize(quantize::QuantizeArgs),
 }
 
 /// An error of any subcommand, printed as `error: <message>`.
@@ -72,6 +75,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Tokenize(args) => tokenize::run(&args, &mut out)?,
         Command::Synth(args) => synth::run(&args, &mut out)?,
         Command::Bench(args) => bench::run(&args, &mut out)?,
+        Command::Quantize(args) => quantize::run(&args, &mut out)?,
     }
     out.flush()?;
     Ok(())

@@ -7,7 +7,7 @@
 //! over the cores in about a microsecond. It is checked against the reference engine,
 //! instruction by instruction, in `tests/`.
 //!
-//! It must not know what a transformer is (no layer, head or model names), nor anything
+//! It must not know about models (what a weight or a tensor is for), nor anything
 //! about GPUs. `unsafe` is confined to [`kernels`].
 
 #![deny(unsafe_code)]

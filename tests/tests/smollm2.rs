@@ -4,7 +4,8 @@
 //! Asserted: prompt ids exact; `chat_nosys` reproduces llama.cpp's greedy ids including the
 //! end-of-turn token at step 7, where generation stops; teacher-forced logits (prompt plus
 //! llama.cpp's ids in one prefill) within the bounds below, with llama.cpp's argmax wherever
-//! its top1−top2 margin exceeds 1; and the GPU engine within 5e-3 of the reference engine.
+//! its top1−top2 margin exceeds 1; and the GPU and CPU engines (the CPU engine on every
+//! SIMD path this machine runs) within 5e-3 of the reference engine.
 //!
 //! Why the bounds vs llama.cpp are 2.0 (max abs) and 0.3 (mean abs), not 0.2: llama.cpp does
 //! not compute these logits exactly. It rounds every activation entering a Q4_1 or Q8_0 dot
@@ -20,6 +21,7 @@
 //! `once` case's step 4 (llama.cpp margin 0.151) inside the noise: its free-running path is
 //! not compared past step 3 (llama.cpp's F16 KV run moved that margin to 0.061).
 
+use purebee_engine_cpu::{CpuEngine, CpuOptions, SimdLevel};
 use purebee_engine_gpu::{GpuEngine, GpuOptions};
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
@@ -36,9 +38,9 @@ const MEAN_ABS_VS_LLAMA_CPP: f64 = 0.3;
 /// llama.cpp's margins above which its argmax must be ours (fixture README §3's rule for
 /// another engine's rounding).
 const DECISIVE_MARGIN: f32 = 1.0;
-/// GPU vs reference engine: the same f32 semantics summed in another order (tree reductions
+/// GPU or CPU engine vs reference engine: the same f32 semantics summed in another order (tree reductions
 /// vs the reference's f64 sums); measured ~1e-4 after 30 layers with activations up to ~10⁴.
-const GPU_VS_REF: f32 = 5e-3;
+const ENGINE_VS_REF: f32 = 5e-3;
 
 struct Case {
     name: &'static str,
@@ -217,6 +219,25 @@ fn smollm2_on_the_gpu_engine_matches_llama_cpp_and_the_reference_engine() {
     for ((c, g), r) in cases().iter().zip(&gpu_logits).zip(reference_logits(&path)) {
         let max = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         eprintln!("{}: GPU vs reference engine: max abs {max:.2e}", c.name);
-        assert!(max <= GPU_VS_REF, "{}: GPU vs reference engine max abs {max}", c.name);
+        assert!(max <= ENGINE_VS_REF, "{}: GPU vs reference engine max abs {max}", c.name);
+    }
+}
+
+#[test]
+fn smollm2_on_the_cpu_engine_matches_llama_cpp_and_the_reference_engine() {
+    let Some(path) = smollm2_gguf() else { return };
+    for level in SimdLevel::ALL {
+        if !level.is_supported() {
+            eprintln!("this CPU lacks the {level} path: NOT tested here");
+            continue;
+        }
+        let threads = Some(2.min(purebee_engine_cpu::logical_cpus()));
+        let cpu = CpuEngine::new(&CpuOptions { threads, simd: Some(level) }).expect("CPU engine");
+        let cpu_logits = check(&path, cpu);
+        for ((c, g), r) in cases().iter().zip(&cpu_logits).zip(reference_logits(&path)) {
+            let max = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            eprintln!("{}: CPU ({level}) vs reference engine: max abs {max:.2e}", c.name);
+            assert!(max <= ENGINE_VS_REF, "{}: CPU ({level}) vs reference engine max abs {max}", c.name);
+        }
     }
 }

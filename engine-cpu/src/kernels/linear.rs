@@ -219,8 +219,9 @@ mod x86 {
                 while i < whole {
                     for (u, a) in acc.iter_mut().enumerate() {
                         let j = i + 8 * u;
+                        // SAFETY: (all three arms) elements j..j+8 (j + 8 ≤ whole ≤ k) of a
+                        // row of k elements of 4 or 2 bytes lie inside `row`.
                         let w = match dtype {
-                            // SAFETY: element j..j+8 of a row of k elements lies in `row`.
                             DType::F32 => unsafe { _mm256_loadu_ps(row.as_ptr().add(4 * j).cast()) },
                             DType::F16 => unsafe { _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(2 * j).cast())) },
                             _ => unsafe {

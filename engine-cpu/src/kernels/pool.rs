@@ -20,8 +20,22 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// Spins before a worker goes to sleep (each spin is a `spin_loop` hint, tens of ns).
+/// Busy spins (a `spin_loop` hint each, tens of ns) before a waiting thread starts
+/// yielding its core: when there are more runnable threads than cores (tests running in
+/// parallel, another program), spinning on would only keep the thread we wait for off the
+/// core.
+const SPINS_BEFORE_YIELD: u32 = 1 << 11;
+/// Spins and yields before a worker goes to sleep.
 const SPINS_BEFORE_SLEEP: u32 = 1 << 16;
+
+/// One step of a wait: a spin hint at first, then yielding the core.
+fn wait_step(spins: u32) {
+    if spins < SPINS_BEFORE_YIELD {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
 
 /// One job: `f(i)` for every `i < n_tasks`, tasks claimed with `next`.
 struct Job<'a> {
@@ -113,8 +127,10 @@ impl Pool {
         }
         // The workers must check out before this frame unwinds, so a panic here waits too.
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.work()));
+        let mut spins = 0u32;
         while s.left.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
+            wait_step(spins);
+            spins = spins.saturating_add(1);
         }
         if let Err(payload) = mine {
             std::panic::resume_unwind(payload);
@@ -190,7 +206,7 @@ fn worker(s: &Shared) {
             }
             spins += 1;
             if spins < SPINS_BEFORE_SLEEP {
-                std::hint::spin_loop();
+                wait_step(spins);
                 continue;
             }
             let mut stop = s.lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,7 +1,7 @@
 //! ROPE: each head rotated by its row's position, computed exactly as the reference does
 //! (the angle, sine and cosine and the rotation in f64, rounded once), so results are bit
-//! for bit equal. The cos/sin table of one step's positions is shared by every ROPE of that
-//! step (every layer's q and k).
+//! for bit equal. The cos/sin table of one set of positions is kept, so every ROPE of a step
+//! (at the same positions, base and width) computes it once.
 
 use purebee_isa::ops::{Rope, RopeStyle};
 use purebee_isa::ExecError;

@@ -405,6 +405,42 @@ pub enum GgufWriteError {
         /// Bytes given.
         got: usize,
     },
+    /// More bytes streamed to a tensor than its dtype and dims need
+    /// ([`super::GgufStreamWriter::write_tensor_data`]; nothing of them was written).
+    #[error("tensor '{name}' needs {expected} bytes, but {got} were streamed to it")]
+    TensorDataOverrun {
+        /// The tensor.
+        name: String,
+        /// Bytes it needs.
+        expected: usize,
+        /// Bytes it would have received.
+        got: usize,
+    },
+    /// Bytes streamed when every tensor already has all of its bytes.
+    #[error("{got} bytes of tensor data streamed after the last tensor was complete")]
+    NoTensorPending {
+        /// Bytes given.
+        got: usize,
+    },
+    /// A stream finished (or an in-memory write reached a tensor declared without bytes)
+    /// before a tensor had all of its bytes.
+    #[error("tensor '{name}' needs {expected} bytes, but only {got} were streamed to it")]
+    TensorDataMissing {
+        /// The tensor.
+        name: String,
+        /// Bytes it needs.
+        expected: usize,
+        /// Bytes it received.
+        got: usize,
+    },
+    /// Writing to a stream failed ([`super::GgufWriter::stream_to`] does not know the
+    /// destination's name; callers add it).
+    #[error("cannot write the GGUF data: {source}")]
+    Stream {
+        /// The writer's error.
+        #[source]
+        source: io::Error,
+    },
     /// Writing the file failed.
     #[error("{}: cannot write the file: {source}", path.display())]
     Io {

@@ -15,7 +15,8 @@
 //! - [`GgufError`]: every variant names the file and, where it applies, the byte offset,
 //!   the key or the tensor.
 //! - [`GgufWriter`] writes files (for tests, hostile-file builders and synthetic models),
-//!   and [`GgufLayout`] says where each of their fields landed.
+//!   and [`GgufLayout`] says where each of their fields landed; [`GgufStreamWriter`] takes
+//!   tensor bytes piece by piece, for files written without holding their tensors in memory.
 //!
 //! The reader treats the file as hostile: every count, length and offset is checked
 //! against the bytes left before it is used, no allocation is sized by an unchecked count,
@@ -31,4 +32,4 @@ mod writer;
 pub use error::{GgufError, GgufWriteError};
 pub use file::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 pub use metadata::{MetaArray, MetaType, MetaValue, MAX_ARRAY_NESTING};
-pub use writer::{GgufLayout, GgufWriter, KvLayout, TensorInfoLayout, MAX_TENSOR_NAME_LEN};
+pub use writer::{GgufLayout, GgufStreamWriter, GgufWriter, KvLayout, TensorInfoLayout, MAX_TENSOR_NAME_LEN};

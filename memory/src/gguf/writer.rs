@@ -14,8 +14,19 @@
 //!
 //! [`GgufWriter::write_with_layout`] also reports where every field landed ([`GgufLayout`]),
 //! so tools and tests can point at bytes (for example to damage them on purpose).
+//!
+//! **Streaming.** A tensor declared with [`GgufWriter::add_tensor_info`] (name, dtype, dims)
+//! has no bytes in the writer: [`GgufWriter::stream_to`] writes the header, metadata and
+//! tensor infos (every offset follows from the sizes alone), and the returned
+//! [`GgufStreamWriter`] then takes the declared tensors' bytes in order, in pieces of any size
+//! ([`GgufStreamWriter::write_tensor_data`]), writing each tensor's padding once it is
+//! complete. A file larger than memory (say, a model rewritten tensor by tensor from a mapped
+//! input) can be written this way. Tensors added with their bytes ([`GgufWriter::add_tensor`])
+//! are written by the stream when it reaches them, so both kinds mix in one file, and
+//! [`GgufWriter::write_with_layout`] is the stream of a writer whose tensors all have bytes.
 
 use std::collections::HashSet;
+use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::ops::Range;
@@ -36,7 +47,10 @@ struct PendingTensor {
     name: String,
     dtype: DType,
     ne: Vec<u64>,
-    data: Vec<u8>,
+    /// The data's size, checked against the dtype and dims.
+    n_bytes: usize,
+    /// The bytes, or `None` for a tensor whose bytes are streamed ([`GgufWriter::add_tensor_info`]).
+    data: Option<Vec<u8>>,
 }
 
 /// Builds a GGUF file in memory and writes it out. See the module docs.
@@ -250,6 +264,34 @@ impl GgufWriter {
         data: impl Into<Vec<u8>>,
     ) -> Result<&mut GgufWriter, GgufWriteError> {
         let data = data.into();
+        let n_bytes = self.check_tensor(name, dtype, ne)?;
+        if data.len() != n_bytes {
+            return Err(GgufWriteError::SizeMismatch { name: name.to_string(), expected: n_bytes, got: data.len() });
+        }
+        self.push_tensor(name, dtype, ne, n_bytes, Some(data));
+        Ok(self)
+    }
+
+    /// Declares a tensor of `dtype` with dims `ne` whose bytes will be streamed through
+    /// [`GgufWriter::stream_to`], with the same checks as [`GgufWriter::add_tensor`]. Returns
+    /// the number of bytes the stream will expect for it.
+    ///
+    /// A writer holding such a tensor has no complete in-memory image:
+    /// [`GgufWriter::write_with_layout`] and [`GgufWriter::write_file`] fail when they reach
+    /// it, and [`GgufWriter::to_bytes`] gives an empty vector.
+    pub fn add_tensor_info(&mut self, name: &str, dtype: DType, ne: &[u64]) -> Result<usize, GgufWriteError> {
+        let n_bytes = self.check_tensor(name, dtype, ne)?;
+        self.push_tensor(name, dtype, ne, n_bytes, None);
+        Ok(n_bytes)
+    }
+
+    fn push_tensor(&mut self, name: &str, dtype: DType, ne: &[u64], n_bytes: usize, data: Option<Vec<u8>>) {
+        self.names.insert(name.to_string());
+        self.tensors.push(PendingTensor { name: name.to_string(), dtype, ne: ne.to_vec(), n_bytes, data });
+    }
+
+    /// Checks a tensor's name, dtype and dims as the reader would, and returns its size in bytes.
+    fn check_tensor(&self, name: &str, dtype: DType, ne: &[u64]) -> Result<usize, GgufWriteError> {
         let name_s = || name.to_string();
         if self.names.contains(name) {
             return Err(GgufWriteError::DuplicateTensor { name: name_s() });
@@ -274,13 +316,7 @@ impl GgufWriter {
         }
         let cols = usize::try_from(ne0).map_err(|_| too_large())?;
         let rows = usize::try_from(numel / ne0.max(1)).map_err(|_| too_large())?;
-        let expected = dtype.tensor_bytes(rows, cols).ok_or_else(too_large)?;
-        if data.len() != expected {
-            return Err(GgufWriteError::SizeMismatch { name: name_s(), expected, got: data.len() });
-        }
-        self.names.insert(name.to_string());
-        self.tensors.push(PendingTensor { name: name.to_string(), dtype, ne: ne.to_vec(), data });
-        Ok(self)
+        dtype.tensor_bytes(rows, cols).ok_or_else(too_large)
     }
 
     /// Adds an F32 tensor from its values.
@@ -295,8 +331,48 @@ impl GgufWriter {
     }
 
     /// Writes the file to `w` and reports where every part landed.
+    ///
+    /// Fails with [`io::ErrorKind::InvalidInput`] (wrapping [`GgufWriteError::TensorDataMissing`])
+    /// on reaching a tensor declared with [`GgufWriter::add_tensor_info`], whose bytes only a
+    /// stream can take; what was written up to there stays written.
     pub fn write_with_layout(&self, w: impl Write) -> io::Result<GgufLayout> {
+        let to_io = |e: GgufWriteError| match e {
+            GgufWriteError::Stream { source } => source,
+            other => io::Error::new(io::ErrorKind::InvalidInput, other),
+        };
+        self.stream_to(w).and_then(GgufStreamWriter::finish).map(|(_, layout)| layout).map_err(to_io)
+    }
+
+    /// Writes the header, the metadata and the tensor infos to `w`, and the bytes of the
+    /// leading tensors added with their bytes, then returns the stream that takes the bytes
+    /// of the tensors declared with [`GgufWriter::add_tensor_info`], in the order they were
+    /// added. Nothing is buffered here: wrap a file in a [`BufWriter`].
+    pub fn stream_to<W: Write>(&self, w: W) -> Result<GgufStreamWriter<'_, W>, GgufWriteError> {
+        let stream = |source| GgufWriteError::Stream { source };
         let mut w = Counting { inner: w, pos: 0 };
+        let (kv, infos) = self.write_header(&mut w).map_err(stream)?;
+        w.pad_to(self.alignment).map_err(stream)?;
+        let data_offset = w.pos;
+        let mut s = GgufStreamWriter {
+            tensors: &self.tensors,
+            alignment: self.alignment,
+            w,
+            kv,
+            infos,
+            data_offset,
+            current: 0,
+            written: 0,
+            broken: false,
+        };
+        if let Some(info) = s.infos.first_mut() {
+            info.data = data_offset..data_offset;
+        }
+        s.advance()?;
+        Ok(s)
+    }
+
+    /// Writes the header, the metadata and the tensor infos (data ranges left empty).
+    fn write_header<W: Write>(&self, w: &mut Counting<W>) -> io::Result<(Vec<KvLayout>, Vec<TensorInfoLayout>)> {
         w.put(&GGUF_MAGIC)?;
         w.put(&self.version.to_le_bytes())?;
         w.put(&(self.tensors.len() as u64).to_le_bytes())?;
@@ -309,7 +385,7 @@ impl GgufWriter {
             let type_at = w.pos;
             w.put(&value.meta_type().id().to_le_bytes())?;
             let value_at = w.pos;
-            write_value(&mut w, value)?;
+            write_value(w, value)?;
             kv.push(KvLayout { key: key.clone(), start, type_at, value_at, end: w.pos });
         }
 
@@ -318,7 +394,7 @@ impl GgufWriter {
         let mut offsets = Vec::with_capacity(self.tensors.len());
         for t in &self.tensors {
             offsets.push(rel);
-            rel = (rel + t.data.len() as u64).next_multiple_of(self.alignment);
+            rel = (rel + t.n_bytes as u64).next_multiple_of(self.alignment);
         }
 
         let mut infos = Vec::with_capacity(self.tensors.len());
@@ -332,7 +408,7 @@ impl GgufWriter {
                 w.put(&d.to_le_bytes())?;
             }
             let type_at = w.pos;
-            // `add_tensor` refused dtypes without an id.
+            // `check_tensor` refused dtypes without an id.
             w.put(&t.dtype.gguf_type_id().unwrap_or(u32::MAX).to_le_bytes())?;
             let offset_at = w.pos;
             w.put(&offset.to_le_bytes())?;
@@ -347,17 +423,7 @@ impl GgufWriter {
                 data: 0..0,
             });
         }
-
-        w.pad_to(self.alignment)?;
-        let data_offset = w.pos;
-        for (t, info) in self.tensors.iter().zip(&mut infos) {
-            let start = w.pos;
-            w.put(&t.data)?;
-            info.data = start..w.pos;
-            w.pad_to(self.alignment)?;
-        }
-        w.inner.flush()?;
-        Ok(GgufLayout { kv, tensors: infos, data_offset, file_len: w.pos })
+        Ok((kv, infos))
     }
 
     /// Writes the file to `w`.
@@ -370,17 +436,15 @@ impl GgufWriter {
         self.to_bytes_with_layout().0
     }
 
-    /// The whole file as bytes, and where every part landed.
+    /// The whole file as bytes, and where every part landed (empty, with an empty layout,
+    /// when a tensor was declared with [`GgufWriter::add_tensor_info`]).
     pub fn to_bytes_with_layout(&self) -> (Vec<u8>, GgufLayout) {
         let mut out = Vec::new();
-        // Writing to a Vec cannot fail; an empty layout would only follow an allocation abort.
-        let layout = self.write_with_layout(&mut out).unwrap_or(GgufLayout {
-            kv: Vec::new(),
-            tensors: Vec::new(),
-            data_offset: 0,
-            file_len: 0,
-        });
-        (out, layout)
+        // Writing to a Vec cannot fail: only a tensor without bytes can stop the writing.
+        match self.write_with_layout(&mut out) {
+            Ok(layout) => (out, layout),
+            Err(_) => (Vec::new(), GgufLayout { kv: Vec::new(), tensors: Vec::new(), data_offset: 0, file_len: 0 }),
+        }
     }
 
     /// Writes the file to `path` (created or truncated).
@@ -392,6 +456,131 @@ impl GgufWriter {
         let layout = self.write_with_layout(&mut w).map_err(io)?;
         w.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
         Ok(layout)
+    }
+}
+
+/// Takes the bytes of the tensors declared with [`GgufWriter::add_tensor_info`], in order,
+/// after [`GgufWriter::stream_to`] wrote everything before them. See the module docs.
+///
+/// Each tensor must receive exactly its size ([`GgufStreamWriter::pending`] says which tensor
+/// and how many bytes are still due); tensors added with their bytes are written as the
+/// stream reaches them. After an I/O error the stream refuses every further call.
+pub struct GgufStreamWriter<'a, W: Write> {
+    tensors: &'a [PendingTensor],
+    alignment: u64,
+    w: Counting<W>,
+    kv: Vec<KvLayout>,
+    infos: Vec<TensorInfoLayout>,
+    data_offset: u64,
+    /// The tensor being written (`tensors.len()` once all are complete).
+    current: usize,
+    /// Bytes of the current tensor written so far.
+    written: usize,
+    /// An I/O error happened: the output is incomplete and the position unknown.
+    broken: bool,
+}
+
+impl<W: Write> fmt::Debug for GgufStreamWriter<'_, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GgufStreamWriter")
+            .field("tensors", &self.tensors.len())
+            .field("pending", &self.pending())
+            .field("position", &self.w.pos)
+            .field("broken", &self.broken)
+            .finish()
+    }
+}
+
+impl<W: Write> GgufStreamWriter<'_, W> {
+    /// The tensor whose bytes the stream expects next and how many of them are still due;
+    /// `None` once every tensor is complete.
+    pub fn pending(&self) -> Option<(&str, usize)> {
+        self.tensors.get(self.current).map(|t| (t.name.as_str(), t.n_bytes - self.written))
+    }
+
+    /// Appends `bytes` to the pending tensor's data (any number of calls per tensor). Once
+    /// the tensor has all its bytes, its padding follows, then the bytes of any tensors added
+    /// with their bytes that come next.
+    ///
+    /// Bytes beyond the pending tensor's size are refused before anything is written
+    /// ([`GgufWriteError::TensorDataOverrun`], or [`GgufWriteError::NoTensorPending`] when
+    /// every tensor is complete): a call never spans two tensors.
+    pub fn write_tensor_data(&mut self, bytes: &[u8]) -> Result<(), GgufWriteError> {
+        self.check_not_broken()?;
+        let Some(t) = self.tensors.get(self.current) else {
+            if bytes.is_empty() {
+                return Ok(());
+            }
+            return Err(GgufWriteError::NoTensorPending { got: bytes.len() });
+        };
+        if bytes.len() > t.n_bytes - self.written {
+            return Err(GgufWriteError::TensorDataOverrun {
+                name: t.name.clone(),
+                expected: t.n_bytes,
+                got: self.written.saturating_add(bytes.len()),
+            });
+        }
+        if let Err(source) = self.w.put(bytes) {
+            self.broken = true;
+            return Err(GgufWriteError::Stream { source });
+        }
+        self.written += bytes.len();
+        self.advance()
+    }
+
+    /// Checks that every tensor is complete, flushes, and returns the writer and where every
+    /// part of the file landed.
+    pub fn finish(mut self) -> Result<(W, GgufLayout), GgufWriteError> {
+        self.check_not_broken()?;
+        if let Some(t) = self.tensors.get(self.current) {
+            return Err(GgufWriteError::TensorDataMissing {
+                name: t.name.clone(),
+                expected: t.n_bytes,
+                got: self.written,
+            });
+        }
+        self.w.inner.flush().map_err(|source| GgufWriteError::Stream { source })?;
+        let layout =
+            GgufLayout { kv: self.kv, tensors: self.infos, data_offset: self.data_offset, file_len: self.w.pos };
+        Ok((self.w.inner, layout))
+    }
+
+    fn check_not_broken(&self) -> Result<(), GgufWriteError> {
+        if self.broken {
+            return Err(GgufWriteError::Stream {
+                source: io::Error::other("an earlier write to this GGUF stream failed"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Closes every complete tensor (its data range and padding) and writes the bytes of
+    /// in-memory tensors, until a streamed tensor still lacks bytes or every tensor is done.
+    fn advance(&mut self) -> Result<(), GgufWriteError> {
+        self.advance_io().map_err(|source| {
+            self.broken = true;
+            GgufWriteError::Stream { source }
+        })
+    }
+
+    fn advance_io(&mut self) -> io::Result<()> {
+        while let Some(t) = self.tensors.get(self.current) {
+            if self.written < t.n_bytes {
+                let Some(data) = &t.data else { return Ok(()) };
+                self.w.put(data)?;
+                self.written = t.n_bytes;
+            }
+            if let Some(info) = self.infos.get_mut(self.current) {
+                info.data.end = self.w.pos;
+            }
+            self.w.pad_to(self.alignment)?;
+            self.current += 1;
+            self.written = 0;
+            if let Some(info) = self.infos.get_mut(self.current) {
+                info.data = self.w.pos..self.w.pos;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -441,6 +630,126 @@ mod tests {
         assert_eq!(bytes.len() % 32, 0);
     }
 
+    /// Metadata (with a 64-byte alignment) and tensors of sizes that need padding, one empty.
+    fn sample(streamed: &[bool]) -> (GgufWriter, Vec<Vec<u8>>) {
+        let mut w = GgufWriter::new();
+        w.add_str("general.architecture", "llama").expect("new key");
+        w.add_u32("general.alignment", 64).expect("power of two");
+        w.add("arr", MetaArray::of_i32([1, -2, 3])).expect("new key");
+        let tensors: [(&str, DType, Vec<u64>); 4] = [
+            ("a", DType::F32, vec![3]),
+            ("b", DType::Q8_0, vec![64, 3]),
+            ("empty", DType::F16, vec![0]),
+            ("c", DType::F16, vec![5, 1, 1]),
+        ];
+        let mut data = Vec::new();
+        for (i, ((name, dtype, ne), &stream)) in tensors.iter().zip(streamed).enumerate() {
+            let n = dtype.tensor_bytes((ne.iter().product::<u64>() / ne[0].max(1)) as usize, ne[0] as usize);
+            let bytes: Vec<u8> = (0..n.expect("small")).map(|k| (k * 7 + i) as u8).collect();
+            if stream {
+                let expected = w.add_tensor_info(name, *dtype, ne).expect("valid");
+                assert_eq!(expected, bytes.len());
+            } else {
+                w.add_tensor(name, *dtype, ne, bytes.clone()).expect("valid");
+            }
+            data.push(bytes);
+        }
+        (w, data)
+    }
+
+    #[test]
+    fn streamed_tensors_give_the_same_file_as_in_memory_ones() {
+        let (whole, _) = sample(&[false; 4]);
+        let (expected, expected_layout) = whole.to_bytes_with_layout();
+        assert_eq!(expected_layout.data_offset % 64, 0);
+        for streamed in [[true; 4], [true, false, true, false], [false, true, false, true], [false, false, true, true]]
+        {
+            let (w, data) = sample(&streamed);
+            let mut out = Vec::new();
+            let mut s = w.stream_to(&mut out).expect("header");
+            for (bytes, &stream) in data.iter().zip(&streamed) {
+                if stream {
+                    // In uneven pieces, with an empty write between.
+                    let (head, tail) = bytes.split_at(bytes.len() / 3);
+                    s.write_tensor_data(head).expect("fits");
+                    s.write_tensor_data(&[]).expect("nothing");
+                    s.write_tensor_data(tail).expect("fits");
+                }
+            }
+            assert_eq!(s.pending(), None);
+            let (_, layout) = s.finish().expect("complete");
+            assert_eq!(out, expected, "{streamed:?}");
+            assert_eq!(layout, expected_layout, "{streamed:?}");
+        }
+    }
+
+    #[test]
+    fn streams_refuse_wrong_sizes_and_stay_usable() {
+        let (w, data) = sample(&[true; 4]);
+        let mut out = Vec::new();
+        let mut s = w.stream_to(&mut out).expect("header");
+        assert_eq!(s.pending(), Some(("a", 12)));
+        s.write_tensor_data(&data[0][..4]).expect("fits");
+        let e = s.write_tensor_data(&[0; 9]).expect_err("one byte too many");
+        assert!(matches!(e, GgufWriteError::TensorDataOverrun { ref name, expected: 12, got: 13 } if name == "a"));
+        assert_eq!(e.to_string(), "tensor 'a' needs 12 bytes, but 13 were streamed to it");
+        assert_eq!(s.pending(), Some(("a", 8)), "a refused write writes nothing");
+        s.write_tensor_data(&data[0][4..]).expect("fits");
+        assert_eq!(s.pending(), Some(("b", 2 * 34 * 3)));
+        let e = s.finish().expect_err("b, empty and c are missing");
+        assert!(matches!(e, GgufWriteError::TensorDataMissing { ref name, got: 0, .. } if name == "b"));
+
+        let (w, data) = sample(&[true; 4]);
+        let mut s = w.stream_to(Vec::new()).expect("header");
+        for bytes in &data {
+            s.write_tensor_data(bytes).expect("exact");
+        }
+        assert!(matches!(s.write_tensor_data(&[1]), Err(GgufWriteError::NoTensorPending { got: 1 })));
+        s.write_tensor_data(&[]).expect("nothing to write is fine");
+        let (bytes, layout) = s.finish().expect("complete");
+        assert_eq!(bytes.len() as u64, layout.file_len);
+
+        // The in-memory writers cannot write a tensor that has no bytes.
+        let e = w.write_with_layout(Vec::new()).expect_err("a has no bytes");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("tensor 'a' needs 12 bytes, but only 0"), "{e}");
+        assert!(w.to_bytes().is_empty());
+    }
+
+    /// Accepts `room` bytes, then fails every write.
+    struct Full {
+        room: usize,
+    }
+
+    impl Write for Full {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.room == 0 {
+                return Err(io::Error::other("disk full"));
+            }
+            let n = buf.len().min(self.room);
+            self.room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_io_error_breaks_the_stream_for_good() {
+        let (w, data) = sample(&[true; 4]);
+        assert!(matches!(w.stream_to(Full { room: 10 }), Err(GgufWriteError::Stream { .. })));
+        assert_eq!(w.to_bytes_with_layout().1.file_len, 0, "no in-memory image");
+        let mut s = w.stream_to(Full { room: 400 }).expect("the header fits");
+        s.write_tensor_data(&data[0]).expect("fits");
+        let e = s.write_tensor_data(&data[1]).expect_err("the disk fills up");
+        assert!(e.to_string().contains("disk full"), "{e}");
+        let e = s.write_tensor_data(&data[1][..1]).expect_err("broken");
+        assert!(e.to_string().contains("an earlier write"), "{e}");
+        assert!(matches!(s.finish(), Err(GgufWriteError::Stream { .. })));
+    }
+
     #[test]
     fn refuses_what_the_reader_would_reject() {
         let mut w = GgufWriter::new();
@@ -474,7 +783,13 @@ mod tests {
             w.add_tensor("t", DType::F32, &[u64::MAX, 2], Vec::new()),
             Err(GgufWriteError::TooLarge { .. })
         ));
+        assert!(matches!(
+            w.add_tensor_info("t", DType::TQ2_0, &[100, 2]),
+            Err(GgufWriteError::NotWholeBlocks { ne0: 100, block_len: 256, .. })
+        ));
         w.add_tensor("t", DType::I2_S, &[128, 2], vec![0; 64 + 32]).expect("I2_S carries a 32-byte trailer");
+        assert!(matches!(w.add_tensor_info("t", DType::F32, &[1]), Err(GgufWriteError::DuplicateTensor { .. })));
+        assert_eq!(w.add_tensor_info("u", DType::I2_S, &[128, 2]).expect("valid"), 64 + 32);
         assert!(matches!(w.add_tensor("t", DType::F32, &[1], vec![0; 4]), Err(GgufWriteError::DuplicateTensor { .. })));
         assert!(matches!(w.set_version(1), Err(GgufWriteError::BadVersion { version: 1 })));
     }
