@@ -13,7 +13,6 @@
 //! `Σ x·code` per block and scale the block sum by `d` once: the same value as
 //! `Σ x·(code·d)` in exact arithmetic, with the same error bound in f32.
 
-use half::f16;
 use purebee_memory::DType;
 
 use super::SimdLevel;
@@ -86,7 +85,23 @@ fn group(dtype: DType) -> (usize, usize) {
 }
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
+}
+
+/// An f16's value as f32 (exact), inline: the `half` crate's conversion is a call through
+/// a run-time feature check, too slow for one scale per 32 or 256 weights.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let mant = (h & 0x3ff) as u32;
+    match exp {
+        // ±0 and subnormals: mant · 2⁻²⁴, exact in f32.
+        0 => f32::from_bits(sign | (mant as f32 * (1.0 / 16_777_216.0)).to_bits()),
+        // ±∞ and NaN (payload kept).
+        0x1f => f32::from_bits(sign | 0x7f80_0000 | (mant << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (mant << 13)),
+    }
 }
 
 /// Decodes one 32-element group (a block, or 32 floats).
@@ -182,7 +197,12 @@ mod x86 {
 
     use purebee_memory::DType;
 
-    use super::f16_at;
+    /// The f16 at bytes `i..i + 2` of `b`, widened with F16C (exact, as every widening).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_at(b: &[u8], i: usize) -> f32 {
+        let h = u16::from_le_bytes([b[i], b[i + 1]]);
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     fn hsum(v: __m256) -> f32 {
@@ -198,6 +218,19 @@ mod x86 {
         // SAFETY: callers pass slices of at least 8 bytes.
         let v = unsafe { _mm_loadl_epi64(p.as_ptr().cast()) };
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
+    }
+
+    /// The 32 four-bit codes of a Q4 block's 16 bytes `qs`, as four groups of eight (in
+    /// the low 8 bytes of each register): elements 0..8, 8..16 (low nibbles), 16..24,
+    /// 24..32 (high nibbles).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn q4_codes(qs: &[u8], low: __m128i) -> [__m128i; 4] {
+        assert!(qs.len() >= 16);
+        // SAFETY: `qs` holds at least 16 bytes (asserted above).
+        let v = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+        let lo = _mm_and_si128(v, low);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low);
+        [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
     }
 
     /// Loads eight f32 from `x` at `i` (i + 8 ≤ x.len()).
@@ -244,48 +277,45 @@ mod x86 {
                 hsum(sum) + tail
             }
             DType::Q8_0 => {
-                let mut total = _mm256_setzero_ps();
-                for (b, xs) in row.chunks_exact(34).zip(x.chunks_exact(32)) {
-                    let mut acc = _mm256_mul_ps(load(xs, 0), i8x8(&b[2..]));
-                    acc = _mm256_fmadd_ps(load(xs, 8), i8x8(&b[10..]), acc);
-                    acc = _mm256_fmadd_ps(load(xs, 16), i8x8(&b[18..]), acc);
-                    acc = _mm256_fmadd_ps(load(xs, 24), i8x8(&b[26..]), acc);
-                    total = _mm256_fmadd_ps(acc, _mm256_set1_ps(f16_at(b, 0)), total);
+                // Two running totals (even and odd blocks) and a tree inside each block keep
+                // the FMA latency chains short.
+                let mut total = [_mm256_setzero_ps(); 2];
+                for (i, (b, xs)) in row.chunks_exact(34).zip(x.chunks_exact(32)).enumerate() {
+                    let p0 = _mm256_fmadd_ps(load(xs, 8), i8x8(&b[10..]), _mm256_mul_ps(load(xs, 0), i8x8(&b[2..])));
+                    let p1 = _mm256_fmadd_ps(load(xs, 24), i8x8(&b[26..]), _mm256_mul_ps(load(xs, 16), i8x8(&b[18..])));
+                    let t = &mut total[i % 2];
+                    *t = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(f16_at(b, 0)), *t);
                 }
-                hsum(total)
+                hsum(_mm256_add_ps(total[0], total[1]))
             }
-            DType::Q4_0 | DType::Q4_1 => {
-                let q4_1 = dtype == DType::Q4_1;
-                let (bytes, qs) = if q4_1 { (20, 4) } else { (18, 2) };
+            DType::Q4_0 => {
                 let low = _mm_set1_epi8(15);
-                let mut total = _mm256_setzero_ps();
-                let mut total_m = _mm256_setzero_ps();
-                for (b, xs) in row.chunks_exact(bytes).zip(x.chunks_exact(32)) {
-                    // SAFETY: the block's 16 code bytes are b[qs..qs + 16].
-                    let v = unsafe { _mm_loadu_si128(b.as_ptr().add(qs).cast()) };
-                    let lo = _mm_and_si128(v, low); // elements 0..16
-                    let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low); // elements 16..32
-                    let codes = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
-                    let d = _mm256_set1_ps(f16_at(b, 0));
-                    if q4_1 {
-                        let m = _mm256_set1_ps(f16_at(b, 2));
-                        for (g, c) in codes.into_iter().enumerate() {
-                            let c = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
-                            // w = code·d + m, rounded once (code·d is exact): the decoded weight.
-                            let w = _mm256_fmadd_ps(c, d, m);
-                            total_m = _mm256_fmadd_ps(load(xs, 8 * g), w, total_m);
-                        }
-                    } else {
-                        let eight = _mm256_set1_epi32(8);
-                        let mut acc = _mm256_setzero_ps();
-                        for (g, c) in codes.into_iter().enumerate() {
-                            let c = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(c), eight));
-                            acc = _mm256_fmadd_ps(load(xs, 8 * g), c, acc);
-                        }
-                        total = _mm256_fmadd_ps(acc, d, total);
+                let eight = _mm256_set1_epi32(8);
+                let mut total = [_mm256_setzero_ps(); 2];
+                for (i, (b, xs)) in row.chunks_exact(18).zip(x.chunks_exact(32)).enumerate() {
+                    let c = q4_codes(&b[2..], low);
+                    let code = |g: usize| _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(c[g]), eight));
+                    let p0 = _mm256_fmadd_ps(load(xs, 8), code(1), _mm256_mul_ps(load(xs, 0), code(0)));
+                    let p1 = _mm256_fmadd_ps(load(xs, 24), code(3), _mm256_mul_ps(load(xs, 16), code(2)));
+                    let t = &mut total[i % 2];
+                    *t = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(f16_at(b, 0)), *t);
+                }
+                hsum(_mm256_add_ps(total[0], total[1]))
+            }
+            DType::Q4_1 => {
+                let low = _mm_set1_epi8(15);
+                // One accumulator per group of 8 elements: four independent chains.
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (b, xs) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
+                    let c = q4_codes(&b[4..], low);
+                    let (d, m) = (_mm256_set1_ps(f16_at(b, 0)), _mm256_set1_ps(f16_at(b, 2)));
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        // w = code·d + m, rounded once (code·d is exact): the decoded weight.
+                        let w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c[g])), d, m);
+                        *a = _mm256_fmadd_ps(load(xs, 8 * g), w, *a);
                     }
                 }
-                hsum(_mm256_add_ps(total, total_m))
+                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
             }
             _ => super::dot_row_portable(dtype, row, x),
         }
@@ -363,6 +393,20 @@ mod x86 {
                 let tail: f32 = wr[whole..].iter().zip(&xt[whole..]).map(|(&a, &b)| a * b).sum();
                 out[(t + u) * rows + r + rr] = hsum(*v) + tail;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_bit_pattern() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = f16_to_f32(h);
+            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{h:#06x}: {got} vs {want}");
         }
     }
 }

@@ -18,6 +18,7 @@ use purebee_memory::{DType, TensorId};
 
 use super::linear::{rows_per_task, transpose};
 use super::{f32s_mut, Exec};
+use crate::kernels::linear::f16_to_f32;
 use crate::kernels::pool::Pool;
 use crate::kernels::ternary::{self as t, CHUNK_ELEMS};
 use crate::kernels::SimdLevel;
@@ -138,9 +139,9 @@ impl<'a> Ternary<'a> {
                 let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
                 (0..self.k / 256)
                     .map(|b| {
-                        let d = half::f16::from_bits(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]));
+                        let d = f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]));
                         let isum = raw(b) as i64 - (sums[2 * b] + sums[2 * b + 1]) as i64;
-                        d.to_f32() as f64 * isum as f64
+                        d as f64 * isum as f64
                     })
                     .sum()
             }
