@@ -220,17 +220,29 @@ mod x86 {
         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
     }
 
-    /// The 32 four-bit codes of a Q4 block's 16 bytes `qs`, as four groups of eight (in
-    /// the low 8 bytes of each register): elements 0..8, 8..16 (low nibbles), 16..24,
-    /// 24..32 (high nibbles).
+    /// The 32 four-bit codes of a Q4 block's 16 bytes `qs` as four groups of eight i32:
+    /// elements 0..8, 8..16 (low nibbles of bytes 0..8, 8..16), 16..24, 24..32 (their high
+    /// nibbles). Widening the bytes first makes each nibble one AND or one shift.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn q4_codes(qs: &[u8], low: __m128i) -> [__m128i; 4] {
+    fn q4_codes(qs: &[u8]) -> [__m256i; 4] {
         assert!(qs.len() >= 16);
-        // SAFETY: `qs` holds at least 16 bytes (asserted above).
-        let v = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
-        let lo = _mm_and_si128(v, low);
-        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low);
-        [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)]
+        // SAFETY: `qs` holds at least 16 bytes (asserted above): two loads of 8.
+        let (a, b) = unsafe {
+            (
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.as_ptr().cast())),
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(qs.as_ptr().add(8).cast())),
+            )
+        };
+        let low = _mm256_set1_epi32(15);
+        [_mm256_and_si256(a, low), _mm256_and_si256(b, low), _mm256_srli_epi32::<4>(a), _mm256_srli_epi32::<4>(b)]
+    }
+
+    /// Q4_1's `d` and `m` (the block's first four bytes) widened and broadcast.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn f16_pair(b: &[u8]) -> (__m256, __m256) {
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        let dm = _mm256_castps128_ps256(dm);
+        (_mm256_permutevar8x32_ps(dm, _mm256_setzero_si256()), _mm256_permutevar8x32_ps(dm, _mm256_set1_epi32(1)))
     }
 
     /// Loads eight f32 from `x` at `i` (i + 8 ≤ x.len()).
@@ -289,12 +301,11 @@ mod x86 {
                 hsum(_mm256_add_ps(total[0], total[1]))
             }
             DType::Q4_0 => {
-                let low = _mm_set1_epi8(15);
                 let eight = _mm256_set1_epi32(8);
                 let mut total = [_mm256_setzero_ps(); 2];
                 for (i, (b, xs)) in row.chunks_exact(18).zip(x.chunks_exact(32)).enumerate() {
-                    let c = q4_codes(&b[2..], low);
-                    let code = |g: usize| _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(c[g]), eight));
+                    let c = q4_codes(&b[2..]);
+                    let code = |g: usize| _mm256_cvtepi32_ps(_mm256_sub_epi32(c[g], eight));
                     let p0 = _mm256_fmadd_ps(load(xs, 8), code(1), _mm256_mul_ps(load(xs, 0), code(0)));
                     let p1 = _mm256_fmadd_ps(load(xs, 24), code(3), _mm256_mul_ps(load(xs, 16), code(2)));
                     let t = &mut total[i % 2];
@@ -303,15 +314,14 @@ mod x86 {
                 hsum(_mm256_add_ps(total[0], total[1]))
             }
             DType::Q4_1 => {
-                let low = _mm_set1_epi8(15);
                 // One accumulator per group of 8 elements: four independent chains.
                 let mut acc = [_mm256_setzero_ps(); 4];
                 for (b, xs) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
-                    let c = q4_codes(&b[4..], low);
-                    let (d, m) = (_mm256_set1_ps(f16_at(b, 0)), _mm256_set1_ps(f16_at(b, 2)));
+                    let c = q4_codes(&b[4..]);
+                    let (d, m) = f16_pair(b);
                     for (g, a) in acc.iter_mut().enumerate() {
                         // w = code·d + m, rounded once (code·d is exact): the decoded weight.
-                        let w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c[g])), d, m);
+                        let w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[g]), d, m);
                         *a = _mm256_fmadd_ps(load(xs, 8 * g), w, *a);
                     }
                 }

@@ -76,6 +76,21 @@ fn packed_dot_portable(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     sum
 }
 
+/// Raw `Σ c·q` per TQ2_0 block of a row: `out[b]` for block `b` (66 bytes: 64 of codes,
+/// then the scale) against activations `256b .. 256b + 256`.
+pub fn tq2_0_block_dots(level: SimdLevel, row: &[u8], q: &[i8], out: &mut [i32]) {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `quantize_row`.
+        SimdLevel::Avx2 => unsafe { x86::tq2_0_block_dots(row, q, out) },
+        _ => {
+            for (b, o) in out.iter_mut().enumerate() {
+                *o = packed_dot_portable(&row[66 * b..66 * b + 64], &TQ2_0_SHIFTS, &q[256 * b..256 * b + 256]);
+            }
+        }
+    }
+}
+
 /// Raw `Σ c·q` of codes stored one per byte (`codes.len() = q.len()`, a multiple of 32).
 pub fn codes_dot(level: SimdLevel, codes: &[u8], q: &[i8]) -> i32 {
     match level {
@@ -190,6 +205,53 @@ mod x86 {
         hsum_i32(acc32)
     }
 
+    /// The eight i32 lanes of one TQ2_0 block's `Σ c·q`, not yet added together.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn tq2_0_block(block: &[u8], q: &[i8]) -> __m256i {
+        assert!(block.len() >= 64 && q.len() >= 256);
+        let mask = _mm256_set1_epi8(3);
+        let mut acc16 = _mm256_setzero_si256();
+        for c in 0..2 {
+            // SAFETY: chunk c is bytes 32c..32c+32 of the block's first 64 (asserted).
+            let v = unsafe { _mm256_loadu_si256(block.as_ptr().add(32 * c).cast()) };
+            let codes = [
+                _mm256_and_si256(v, mask),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(v), mask),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), mask),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(v), mask),
+            ];
+            for (g, codes) in codes.into_iter().enumerate() {
+                // SAFETY: activations 128c + 32g .. + 32 lie in the first 256 (asserted).
+                let qv = unsafe { _mm256_loadu_si256(q.as_ptr().add(128 * c + 32 * g).cast()) };
+                acc16 = _mm256_add_epi16(acc16, _mm256_maddubs_epi16(codes, qv));
+            }
+        }
+        _mm256_madd_epi16(acc16, _mm256_set1_epi16(1))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn tq2_0_block_dots(row: &[u8], q: &[i8], out: &mut [i32]) {
+        let n = out.len();
+        let block = |b: usize| tq2_0_block(&row[66 * b..66 * b + 64], &q[256 * b..256 * b + 256]);
+        let mut b = 0;
+        // Four blocks at a time, their lanes summed together by a tree of horizontal adds.
+        while b + 4 <= n {
+            let h01 = _mm256_hadd_epi32(block(b), block(b + 1));
+            let h23 = _mm256_hadd_epi32(block(b + 2), block(b + 3));
+            let h = _mm256_hadd_epi32(h01, h23);
+            let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            let mut four = [0i32; 4];
+            // SAFETY: `four` holds four i32.
+            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), sums) };
+            out[b..b + 4].copy_from_slice(&four);
+            b += 4;
+        }
+        while b < n {
+            out[b] = hsum_i32(block(b));
+            b += 1;
+        }
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn codes_dot(codes: &[u8], q: &[i8]) -> i32 {
         let n = codes.len().min(q.len()) / 32;
@@ -233,7 +295,7 @@ mod tests {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (seed >> 33) as u32
         };
-        for n_chunks in [1usize, 3, 9, 17] {
+        for n_chunks in [1usize, 3, 9, 17, 21] {
             let chunks: Vec<u8> = (0..32 * n_chunks).map(|_| next() as u8).collect();
             let q: Vec<i8> = (0..128 * n_chunks).map(|i| if i % 7 == 0 { -128 } else { next() as i8 }).collect();
             for shifts in [&TQ2_0_SHIFTS, &I2_S_SHIFTS] {
@@ -241,6 +303,29 @@ mod tests {
                 unpack_chunks(&chunks, shifts, &mut codes);
                 let want: i32 = codes.iter().zip(&q).map(|(&c, &qi)| c as i32 * qi as i32).sum();
                 for level in levels() {
+                    if shifts == &TQ2_0_SHIFTS && n_chunks % 2 == 1 {
+                        // As TQ2_0 blocks: 64 bytes of codes and 2 of scale each.
+                        let blocks = n_chunks / 2 + 1;
+                        let mut row = vec![0u8; 66 * blocks];
+                        let mut qq = vec![0i8; 256 * blocks];
+                        qq[..q.len()].copy_from_slice(&q);
+                        for b in 0..blocks {
+                            let c = (64 * b..64 * b + 64).map(|i| chunks.get(i).copied().unwrap_or(0x55));
+                            row[66 * b..66 * b + 64].iter_mut().zip(c).for_each(|(d, s)| *d = s);
+                        }
+                        let mut per_block = vec![0i32; blocks];
+                        tq2_0_block_dots(level, &row, &qq, &mut per_block);
+                        for (b, &got) in per_block.iter().enumerate() {
+                            let r = 256 * b..256 * b + 256;
+                            let want: i32 = (0..256)
+                                .map(|e| {
+                                    let (byte, shift) = purebee_memory::quant::tq2_0::position(e);
+                                    ((row[66 * b + byte] >> shift) & 3) as i32 * qq[r.start + e] as i32
+                                })
+                                .sum();
+                            assert_eq!(got, want, "{level} TQ2_0 block {b} of {blocks}");
+                        }
+                    }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");
                 }

@@ -155,23 +155,23 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scal
     let q = acts.q(0);
     pool.for_each_chunk(out, chunk, &|i, o| {
         let mut codes = [0u8; 256];
+        let mut raws = vec![0i32; w.k / 256];
         for (jj, y) in o.iter_mut().enumerate() {
             let j = i * chunk + jj;
             let row = w.row(j);
             *y = match w.dtype {
-                DType::TQ2_0 => w.finish(j, acts, 0, out_scale, |b| {
-                    t::packed_dot(level, &row[66 * b..66 * b + 64], &t::TQ2_0_SHIFTS, &q[256 * b..256 * b + 256])
-                }),
+                DType::TQ2_0 => {
+                    let raws = &mut raws[..w.k / 256];
+                    t::tq2_0_block_dots(level, row, q, raws);
+                    w.finish(j, acts, 0, out_scale, |b| raws[b])
+                }
                 DType::I2_S => w.finish(j, acts, 0, out_scale, |_| t::packed_dot(level, row, &t::I2_S_SHIFTS, q)),
                 _ => {
-                    // TQ1_0: the per-block sums are computed first (the closure cannot
-                    // borrow `codes` mutably).
-                    let raws: Vec<i32> = (0..w.k / 256)
-                        .map(|b| {
-                            t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
-                            t::codes_dot(level, &codes, &q[256 * b..256 * b + 256])
-                        })
-                        .collect();
+                    // TQ1_0: each block unpacked to one code per byte.
+                    for (b, raw) in raws.iter_mut().enumerate() {
+                        t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
+                        *raw = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
+                    }
                     w.finish(j, acts, 0, out_scale, |b| raws[b])
                 }
             };
