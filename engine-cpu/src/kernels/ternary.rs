@@ -91,6 +91,26 @@ pub fn tq2_0_block_dots(level: SimdLevel, row: &[u8], q: &[i8], out: &mut [i32])
     }
 }
 
+/// Raw `Σ c·q` of two rows of codes (one per byte) against four activation rows, all of
+/// one length (a multiple of 128): `out[4r + t]` for row `r`, token `t`. The tile shares
+/// every load between four or two products (prefill's weight-stationary kernel).
+pub fn codes_dot_2x4(level: SimdLevel, c: [&[u8]; 2], q: [&[i8]; 4]) -> [i32; 8] {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `quantize_row`.
+        SimdLevel::Avx2 => unsafe { x86::codes_dot_2x4(c, q) },
+        _ => {
+            let mut out = [0i32; 8];
+            for (r, cr) in c.iter().enumerate() {
+                for (t, qt) in q.iter().enumerate() {
+                    out[4 * r + t] = cr.iter().zip(*qt).map(|(&a, &b)| a as i32 * b as i32).sum();
+                }
+            }
+            out
+        }
+    }
+}
+
 /// Raw `Σ c·q` of codes stored one per byte (`codes.len() = q.len()`, a multiple of 32).
 pub fn codes_dot(level: SimdLevel, codes: &[u8], q: &[i8]) -> i32 {
     match level {
@@ -203,6 +223,45 @@ mod x86 {
             acc32 = _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, ones));
         }
         hsum_i32(acc32)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn codes_dot_2x4(c: [&[u8]; 2], q: [&[i8]; 4]) -> [i32; 8] {
+        let len = c.iter().map(|s| s.len()).chain(q.iter().map(|s| s.len())).min().unwrap_or(0) / CHUNK_ELEMS;
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_si256(); 8];
+        for seg in 0..len {
+            // 128 elements: four steps of at most 768 per i16 lane, then widened.
+            let mut acc16 = [_mm256_setzero_si256(); 8];
+            for step in 0..4 {
+                let i = CHUNK_ELEMS * seg + 32 * step;
+                // SAFETY: i + 32 ≤ 128·len ≤ every slice's length.
+                let (c0, c1) = unsafe {
+                    (_mm256_loadu_si256(c[0].as_ptr().add(i).cast()), _mm256_loadu_si256(c[1].as_ptr().add(i).cast()))
+                };
+                for t in 0..4 {
+                    // SAFETY: as above.
+                    let qv = unsafe { _mm256_loadu_si256(q[t].as_ptr().add(i).cast()) };
+                    acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(c0, qv));
+                    acc16[4 + t] = _mm256_add_epi16(acc16[4 + t], _mm256_maddubs_epi16(c1, qv));
+                }
+            }
+            for (a, a16) in acc.iter_mut().zip(acc16) {
+                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(a16, ones));
+            }
+        }
+        // Eight vectors to eight sums: a tree of horizontal adds, then the two halves.
+        let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+        let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[4], acc[5]), _mm256_hadd_epi32(acc[6], acc[7]));
+        let lo = _mm_add_epi32(_mm256_castsi256_si128(h0), _mm256_extracti128_si256::<1>(h0));
+        let hi = _mm_add_epi32(_mm256_castsi256_si128(h1), _mm256_extracti128_si256::<1>(h1));
+        let mut out = [0i32; 8];
+        // SAFETY: `out` holds eight i32: two stores of four.
+        unsafe {
+            _mm_storeu_si128(out.as_mut_ptr().cast(), lo);
+            _mm_storeu_si128(out.as_mut_ptr().add(4).cast(), hi);
+        }
+        out
     }
 
     /// The eight i32 lanes of one TQ2_0 block's `Σ c·q`, not yet added together.
@@ -328,6 +387,17 @@ mod tests {
                     }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");
+                    // Rows: the codes and a shifted copy; tokens: q and three rotations.
+                    let c1: Vec<u8> = codes.iter().map(|&c| (c + 1) & 3).collect();
+                    let qs: Vec<Vec<i8>> =
+                        (0..4).map(|t| q.iter().cycle().skip(t * 5).take(q.len()).copied().collect()).collect();
+                    let got = codes_dot_2x4(level, [&codes, &c1], [&qs[0], &qs[1], &qs[2], &qs[3]]);
+                    for (r, cr) in [&codes, &c1].iter().enumerate() {
+                        for (tok, qt) in qs.iter().enumerate() {
+                            let want: i32 = cr.iter().zip(qt).map(|(&a, &b)| a as i32 * b as i32).sum();
+                            assert_eq!(got[4 * r + tok], want, "{level} 2x4 row {r} token {tok}, {n_chunks} chunks");
+                        }
+                    }
                 }
             }
         }

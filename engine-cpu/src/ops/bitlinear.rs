@@ -208,16 +208,27 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
         for (r, c) in codes.chunks_exact_mut(k.max(1)).enumerate() {
             unpack_row(w, i * TILE_ROWS + r, c);
         }
-        for (r, c) in codes.chunks_exact(k.max(1)).enumerate() {
-            let j = i * TILE_ROWS + r;
-            for tok in 0..n {
-                let q = acts.q(tok);
-                o[r * n + tok] = match w.dtype {
-                    DType::I2_S => w.finish(j, acts, tok, out_scale, |_| t::codes_dot(level, c, q)),
-                    _ => w.finish(j, acts, tok, out_scale, |b| {
-                        t::codes_dot(level, &c[256 * b..256 * b + 256], &q[256 * b..256 * b + 256])
-                    }),
-                };
+        // Two rows × four tokens at a time; a missing row or token repeats the last one
+        // (its sums are computed and dropped).
+        let row_codes = |r: usize| &codes[r.min(rows - 1) * k..][..k];
+        let (block, blocks) = if w.dtype == DType::I2_S { (k, 1) } else { (256, k / 256) };
+        let mut raws = vec![[0i32; 8]; blocks];
+        for r0 in (0..rows).step_by(2) {
+            let (c0, c1) = (row_codes(r0), row_codes(r0 + 1));
+            for t0 in (0..n).step_by(4) {
+                let q = |t: usize| acts.q((t0 + t).min(n - 1));
+                for (b, raw) in raws.iter_mut().enumerate() {
+                    let at = b * block..(b + 1) * block;
+                    let qs = [&q(0)[at.clone()], &q(1)[at.clone()], &q(2)[at.clone()], &q(3)[at.clone()]];
+                    *raw = t::codes_dot_2x4(level, [&c0[at.clone()], &c1[at.clone()]], qs);
+                }
+                for (dr, tok) in (0..2).flat_map(|dr| (0..4).map(move |dt| (dr, dt))) {
+                    let (r, tk) = (r0 + dr, t0 + tok);
+                    if r < rows && tk < n {
+                        let j = i * TILE_ROWS + r;
+                        o[r * n + tk] = w.finish(j, acts, tk, out_scale, |b| raws[b][4 * dr + tok]);
+                    }
+                }
             }
         }
     });
