@@ -125,57 +125,76 @@ impl<'a> Ternary<'a> {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
 
-    /// `y = Σ_b d_b · isum_b / s · scale` for row `j` and token `r`, the raw code sums
-    /// per scale block given by `raw(b)`.
-    fn finish(&self, j: usize, acts: &Activations, r: usize, out_scale: f64, raw: impl Fn(usize) -> i32) -> f32 {
+    /// Scale blocks per row.
+    fn blocks(&self) -> usize {
+        if self.dtype == DType::I2_S {
+            1
+        } else {
+            self.k / 256
+        }
+    }
+
+    /// `y = Σ_b d_b · isum_b / s · scale` for rows `j0 .. j0 + out.len()` and token `r`,
+    /// their raw code sums per scale block in `raws` (`[rows, blocks]`). The rows' f64 sums run interleaved (independent chains),
+    /// each in the reference's order: `0 + t_0 + t_1 + ...`, as `Iterator::sum` adds.
+    fn finish_rows(&self, j0: usize, acts: &Activations, r: usize, out_scale: f64, raws: &[i32], out: &mut [f32]) {
+        const ROWS: usize = 4;
+        let nb = self.blocks();
         let sums = acts.sums(r);
-        let y: f64 = match self.dtype {
-            DType::I2_S => {
-                let isum = raw(0) as i64 - sums.iter().map(|&v| v as i64).sum::<i64>();
-                std::iter::once(self.i2s_scale as f64 * isum as f64).sum()
+        let s = acts.s[r] as f64;
+        let zero: f64 = std::iter::empty::<f64>().sum();
+        if self.dtype == DType::I2_S {
+            let qsum: i64 = sums.iter().map(|&v| v as i64).sum();
+            for (y, &raw) in out.iter_mut().zip(raws) {
+                let isum = raw as i64 - qsum;
+                *y = (((zero + self.i2s_scale as f64 * isum as f64) / s) * out_scale) as f32;
             }
-            _ => {
-                let row = self.row(j);
-                let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
-                (0..self.k / 256)
-                    .map(|b| {
-                        let d = f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]));
-                        let isum = raw(b) as i64 - (sums[2 * b] + sums[2 * b + 1]) as i64;
-                        d as f64 * isum as f64
-                    })
-                    .sum()
+            return;
+        }
+        let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
+        for (g, ys) in out.chunks_mut(ROWS).enumerate() {
+            let mut acc = [zero; ROWS];
+            let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
+            for (i, row) in rows.iter_mut().enumerate().take(ys.len()) {
+                *row = self.row(j0 + g * ROWS + i);
             }
-        };
-        (y / acts.s[r] as f64 * out_scale) as f32
+            for b in 0..nb {
+                let qsum = (sums[2 * b] + sums[2 * b + 1]) as i64;
+                for (i, row) in rows[..ys.len()].iter().enumerate() {
+                    let d = f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]));
+                    let isum = raws[(g * ROWS + i) * nb + b] as i64 - qsum;
+                    acc[i] += d as f64 * isum as f64;
+                }
+            }
+            for (y, a) in ys.iter_mut().zip(acc) {
+                *y = ((a / s) * out_scale) as f32;
+            }
+        }
     }
 }
 
 fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
     let chunk = rows_per_task(pool, out.len());
     let q = acts.q(0);
+    let nb = w.blocks();
     pool.for_each_chunk(out, chunk, &|i, o| {
         let mut codes = [0u8; 256];
-        let mut raws = vec![0i32; w.k / 256];
-        for (jj, y) in o.iter_mut().enumerate() {
-            let j = i * chunk + jj;
-            let row = w.row(j);
-            *y = match w.dtype {
-                DType::TQ2_0 => {
-                    let raws = &mut raws[..w.k / 256];
-                    t::tq2_0_block_dots(level, row, q, raws);
-                    w.finish(j, acts, 0, out_scale, |b| raws[b])
-                }
-                DType::I2_S => w.finish(j, acts, 0, out_scale, |_| t::packed_dot(level, row, &t::I2_S_SHIFTS, q)),
+        let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
+        for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
+            let row = w.row(i * chunk + jj);
+            match w.dtype {
+                DType::TQ2_0 => t::tq2_0_block_dots(level, row, q, raw),
+                DType::I2_S => raw[0] = t::packed_dot(level, row, &t::I2_S_SHIFTS, q),
                 _ => {
                     // TQ1_0: each block unpacked to one code per byte.
-                    for (b, raw) in raws.iter_mut().enumerate() {
+                    for (b, r) in raw.iter_mut().enumerate() {
                         t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
-                        *raw = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
+                        *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
                     }
-                    w.finish(j, acts, 0, out_scale, |b| raws[b])
                 }
-            };
+            }
         }
+        w.finish_rows(i * chunk, acts, 0, out_scale, &raws, o);
     });
 }
 
@@ -213,8 +232,11 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
         let row_codes = |r: usize| &codes[r.min(rows - 1) * k..][..k];
         let (block, blocks) = if w.dtype == DType::I2_S { (k, 1) } else { (256, k / 256) };
         let mut raws = vec![[0i32; 8]; blocks];
+        let mut pair = vec![0i32; 2 * w.blocks()]; // [2 rows, blocks] of one token
+        let mut ys = [0f32; 2];
         for r0 in (0..rows).step_by(2) {
             let (c0, c1) = (row_codes(r0), row_codes(r0 + 1));
+            let pair_rows = (rows - r0).min(2);
             for t0 in (0..n).step_by(4) {
                 let q = |t: usize| acts.q((t0 + t).min(n - 1));
                 for (b, raw) in raws.iter_mut().enumerate() {
@@ -222,11 +244,15 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
                     let qs = [&q(0)[at.clone()], &q(1)[at.clone()], &q(2)[at.clone()], &q(3)[at.clone()]];
                     *raw = t::codes_dot_2x4(level, [&c0[at.clone()], &c1[at.clone()]], qs);
                 }
-                for (dr, tok) in (0..2).flat_map(|dr| (0..4).map(move |dt| (dr, dt))) {
-                    let (r, tk) = (r0 + dr, t0 + tok);
-                    if r < rows && tk < n {
-                        let j = i * TILE_ROWS + r;
-                        o[r * n + tk] = w.finish(j, acts, tk, out_scale, |b| raws[b][4 * dr + tok]);
+                for tok in 0..(n - t0).min(4) {
+                    for (dr, p) in pair.chunks_exact_mut(blocks.max(1)).enumerate().take(pair_rows) {
+                        for (b, v) in p.iter_mut().enumerate() {
+                            *v = raws[b][4 * dr + tok];
+                        }
+                    }
+                    w.finish_rows(i * TILE_ROWS + r0, acts, t0 + tok, out_scale, &pair, &mut ys[..pair_rows]);
+                    for (dr, &y) in ys[..pair_rows].iter().enumerate() {
+                        o[(r0 + dr) * n + t0 + tok] = y;
                     }
                 }
             }

@@ -36,11 +36,13 @@ pub struct BitLinear {
 }
 
 /// `s = 127 / max(a, 1e-5)`: the per-row activation scale of BITLINEAR, in f32.
+#[inline] // engines call it in their SIMD-compiled loops
 pub fn bitlinear_act_scale(abs_max: f32) -> f32 {
     127.0 / abs_max.max(1e-5)
 }
 
 /// `clamp(round_half_to_even(x · s), −128, 127)`: one BITLINEAR activation as int8.
+#[inline] // engines call it in their SIMD-compiled loops (a rounding instruction, not a call)
 pub fn bitlinear_quantize(x: f32, s: f32) -> i8 {
     // `as` saturates, and NaN becomes 0; the clamp documents the range.
     (x * s).round_ties_even().clamp(-128.0, 127.0) as i8
