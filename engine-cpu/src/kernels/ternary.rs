@@ -76,17 +76,21 @@ fn packed_dot_portable(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     sum
 }
 
-/// Raw `Σ c·q` per TQ2_0 block of a row: `out[b]` for block `b` (66 bytes: 64 of codes,
-/// then the scale) against activations `256b .. 256b + 256`.
-pub fn tq2_0_block_dots(level: SimdLevel, row: &[u8], q: &[i8], out: &mut [i32]) {
+/// One TQ2_0 row's `Σ_b d_b · (Σ_{i∈b} c_i·q_i − qsums[b])` (BITLINEAR's `y · s`), the
+/// products exact in f64 and added in block order starting from `Iterator::sum`'s zero:
+/// bit for bit the reference engine's sum.
+pub fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
-        SimdLevel::Avx2 => unsafe { x86::tq2_0_block_dots(row, q, out) },
+        SimdLevel::Avx2 => unsafe { x86::tq2_0_row_sum(row, q, qsums) },
         _ => {
-            for (b, o) in out.iter_mut().enumerate() {
-                *o = packed_dot_portable(&row[66 * b..66 * b + 64], &TQ2_0_SHIFTS, &q[256 * b..256 * b + 256]);
-            }
+            let zero: f64 = std::iter::empty::<f64>().sum();
+            qsums.iter().enumerate().fold(zero, |y, (b, &qsum)| {
+                let raw = packed_dot_portable(&row[66 * b..66 * b + 64], &TQ2_0_SHIFTS, &q[256 * b..256 * b + 256]);
+                let d = super::linear::f16_to_f32(u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]));
+                y + d as f64 * (raw - qsum) as f64
+            })
         }
     }
 }
@@ -289,26 +293,37 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn tq2_0_block_dots(row: &[u8], q: &[i8], out: &mut [i32]) {
-        let n = out.len();
+    pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
+        let n = qsums.len();
         let block = |b: usize| tq2_0_block(&row[66 * b..66 * b + 64], &q[256 * b..256 * b + 256]);
+        let d_bits = |b: usize| u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]) as i64;
+        let mut y: f64 = std::iter::empty::<f64>().sum();
         let mut b = 0;
-        // Four blocks at a time, their lanes summed together by a tree of horizontal adds.
         while b + 4 <= n {
             let h01 = _mm256_hadd_epi32(block(b), block(b + 1));
             let h23 = _mm256_hadd_epi32(block(b + 2), block(b + 3));
             let h = _mm256_hadd_epi32(h01, h23);
-            let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-            let mut four = [0i32; 4];
-            // SAFETY: `four` holds four i32.
-            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), sums) };
-            out[b..b + 4].copy_from_slice(&four);
+            let raw = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+            // SAFETY: qsums[b..b + 4] exists (b + 4 ≤ n).
+            let qs = unsafe { _mm_loadu_si128(qsums.as_ptr().add(b).cast()) };
+            let isum = _mm256_cvtepi32_pd(_mm_sub_epi32(raw, qs));
+            let bits = d_bits(b) | d_bits(b + 1) << 16 | d_bits(b + 2) << 32 | d_bits(b + 3) << 48;
+            let d = _mm256_cvtps_pd(_mm_cvtph_ps(_mm_cvtsi64_si128(bits)));
+            // d (11 bits) × isum (< 2^18) is exact in f64; the adds stay in block order.
+            let p = _mm256_mul_pd(d, isum);
+            let (lo, hi) = (_mm256_castpd256_pd128(p), _mm256_extractf128_pd::<1>(p));
+            y += _mm_cvtsd_f64(lo);
+            y += _mm_cvtsd_f64(_mm_unpackhi_pd(lo, lo));
+            y += _mm_cvtsd_f64(hi);
+            y += _mm_cvtsd_f64(_mm_unpackhi_pd(hi, hi));
             b += 4;
         }
         while b < n {
-            out[b] = hsum_i32(block(b));
+            let d = super::super::linear::f16_to_f32(d_bits(b) as u16);
+            y += d as f64 * (hsum_i32(block(b)) - qsums[b]) as f64;
             b += 1;
         }
+        y
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -371,19 +386,37 @@ mod tests {
                         for b in 0..blocks {
                             let c = (64 * b..64 * b + 64).map(|i| chunks.get(i).copied().unwrap_or(0x55));
                             row[66 * b..66 * b + 64].iter_mut().zip(c).for_each(|(d, s)| *d = s);
+                            // A scale d = ±(0.5 + b/64) as f16 bits.
+                            let d = half::f16::from_f32(if b % 2 == 0 { 0.5 } else { -0.5 } * (1.0 + b as f32 / 64.0));
+                            row[66 * b + 64..66 * b + 66].copy_from_slice(&d.to_bits().to_le_bytes());
                         }
-                        let mut per_block = vec![0i32; blocks];
-                        tq2_0_block_dots(level, &row, &qq, &mut per_block);
-                        for (b, &got) in per_block.iter().enumerate() {
-                            let r = 256 * b..256 * b + 256;
-                            let want: i32 = (0..256)
-                                .map(|e| {
-                                    let (byte, shift) = purebee_memory::quant::tq2_0::position(e);
-                                    ((row[66 * b + byte] >> shift) & 3) as i32 * qq[r.start + e] as i32
-                                })
-                                .sum();
-                            assert_eq!(got, want, "{level} TQ2_0 block {b} of {blocks}");
-                        }
+                        let qsums: Vec<i32> = qq.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
+                        // The reference engine's sum: trits from memory's decoder, i64 sums,
+                        // f64 products added in block order.
+                        let m = purebee_memory::quant::QuantMatrix::new(
+                            purebee_memory::DType::TQ2_0,
+                            &row,
+                            1,
+                            256 * blocks,
+                        )
+                        .expect("one row");
+                        let (mut trits, mut d) = (vec![0i8; 256 * blocks], vec![0f32; blocks]);
+                        m.ternary_row(0, &mut trits, &mut d).expect("ternary");
+                        let want: f64 = d
+                            .iter()
+                            .enumerate()
+                            .map(|(b, &db)| {
+                                let isum: i64 =
+                                    (0..256).map(|e| trits[256 * b + e] as i64 * qq[256 * b + e] as i64).sum();
+                                db as f64 * isum as f64
+                            })
+                            .sum();
+                        let got = tq2_0_row_sum(level, &row, &qq, &qsums);
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{level} TQ2_0 row of {blocks} blocks: {got} vs {want}"
+                        );
                     }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");

@@ -177,13 +177,24 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scal
     let chunk = rows_per_task(pool, out.len());
     let q = acts.q(0);
     let nb = w.blocks();
+    if w.dtype == DType::TQ2_0 {
+        // Σ q per 256-element block, then each row's whole sum in one kernel call.
+        let qsums: Vec<i32> = acts.sums(0).chunks_exact(2).map(|p| p[0] + p[1]).collect();
+        let s = acts.s[0] as f64;
+        pool.for_each_chunk(out, chunk, &|i, o| {
+            for (jj, y) in o.iter_mut().enumerate() {
+                let sum = t::tq2_0_row_sum(level, w.row(i * chunk + jj), q, &qsums);
+                *y = ((sum / s) * out_scale) as f32;
+            }
+        });
+        return;
+    }
     pool.for_each_chunk(out, chunk, &|i, o| {
         let mut codes = [0u8; 256];
         let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
         for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
             let row = w.row(i * chunk + jj);
             match w.dtype {
-                DType::TQ2_0 => t::tq2_0_block_dots(level, row, q, raw),
                 DType::I2_S => raw[0] = t::packed_dot(level, row, &t::I2_S_SHIFTS, q),
                 _ => {
                     // TQ1_0: each block unpacked to one code per byte.
