@@ -95,19 +95,32 @@ pub fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f
     }
 }
 
-/// Raw `Σ c·q` of two rows of codes (one per byte) against four activation rows, all of
-/// one length (a multiple of 128): `out[4r + t]` for row `r`, token `t`. The tile shares
-/// every load between four or two products (prefill's weight-stationary kernel).
-pub fn codes_dot_2x4(level: SimdLevel, c: [&[u8]; 2], q: [&[i8]; 4]) -> [i32; 8] {
+/// A 2-row × 4-token tile of BITLINEAR sums over whole rows of codes (one per byte):
+/// `out[4r + t] = Σ_b d[r][b] · (Σ_{i∈b} c_ri·q_ti − qsums[b][t])`, with blocks of `block`
+/// elements (a multiple of 128), the f64 products exact and added in block order from
+/// `Iterator::sum`'s zero (the reference's bits). Every load is shared by four or two
+/// products (prefill's weight-stationary kernel).
+pub fn tile_2x4(
+    level: SimdLevel,
+    c: [&[u8]; 2],
+    q: [&[i8]; 4],
+    block: usize,
+    d: [&[f64]; 2],
+    qsums: &[[i32; 4]],
+) -> [f64; 8] {
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
-        SimdLevel::Avx2 => unsafe { x86::codes_dot_2x4(c, q) },
+        SimdLevel::Avx2 => unsafe { x86::tile_2x4(c, q, block, d, qsums) },
         _ => {
-            let mut out = [0i32; 8];
-            for (r, cr) in c.iter().enumerate() {
-                for (t, qt) in q.iter().enumerate() {
-                    out[4 * r + t] = cr.iter().zip(*qt).map(|(&a, &b)| a as i32 * b as i32).sum();
+            let mut out = [std::iter::empty::<f64>().sum(); 8];
+            for (b, qs) in qsums.iter().enumerate() {
+                let at = b * block..(b + 1) * block;
+                for (lane, y) in out.iter_mut().enumerate() {
+                    let (r, t) = (lane / 4, lane % 4);
+                    let raw: i32 =
+                        c[r][at.clone()].iter().zip(&q[t][at.clone()]).map(|(&a, &b)| a as i32 * b as i32).sum();
+                    *y += d[r][b] * (raw - qs[t]) as f64;
                 }
             }
             out
@@ -230,40 +243,57 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn codes_dot_2x4(c: [&[u8]; 2], q: [&[i8]; 4]) -> [i32; 8] {
-        let len = c.iter().map(|s| s.len()).chain(q.iter().map(|s| s.len())).min().unwrap_or(0) / CHUNK_ELEMS;
+    pub(super) fn tile_2x4(c: [&[u8]; 2], q: [&[i8]; 4], block: usize, d: [&[f64]; 2], qsums: &[[i32; 4]]) -> [f64; 8] {
+        let blocks = qsums.len();
+        let need = blocks * block;
+        assert!(block % CHUNK_ELEMS == 0 && c.iter().all(|s| s.len() >= need) && q.iter().all(|s| s.len() >= need));
+        assert!(d.iter().all(|s| s.len() >= blocks));
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_si256(); 8];
-        for seg in 0..len {
-            // 128 elements: four steps of at most 768 per i16 lane, then widened.
-            let mut acc16 = [_mm256_setzero_si256(); 8];
-            for step in 0..4 {
-                let i = CHUNK_ELEMS * seg + 32 * step;
-                // SAFETY: i + 32 ≤ 128·len ≤ every slice's length.
-                let (c0, c1) = unsafe {
-                    (_mm256_loadu_si256(c[0].as_ptr().add(i).cast()), _mm256_loadu_si256(c[1].as_ptr().add(i).cast()))
-                };
-                for t in 0..4 {
-                    // SAFETY: as above.
-                    let qv = unsafe { _mm256_loadu_si256(q[t].as_ptr().add(i).cast()) };
-                    acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(c0, qv));
-                    acc16[4 + t] = _mm256_add_epi16(acc16[4 + t], _mm256_maddubs_epi16(c1, qv));
+        let zero: f64 = std::iter::empty::<f64>().sum();
+        let mut y = [_mm256_set1_pd(zero); 2]; // row r: tokens 0..4
+        for (b, qs) in qsums.iter().enumerate() {
+            let mut acc = [_mm256_setzero_si256(); 8];
+            for seg in 0..block / CHUNK_ELEMS {
+                // 128 elements: four steps of at most 768 per i16 lane, then widened.
+                let mut acc16 = [_mm256_setzero_si256(); 8];
+                for step in 0..4 {
+                    let i = b * block + CHUNK_ELEMS * seg + 32 * step;
+                    // SAFETY: i + 32 ≤ blocks · block ≤ every slice's length (asserted).
+                    let (c0, c1) = unsafe {
+                        (
+                            _mm256_loadu_si256(c[0].as_ptr().add(i).cast()),
+                            _mm256_loadu_si256(c[1].as_ptr().add(i).cast()),
+                        )
+                    };
+                    for t in 0..4 {
+                        // SAFETY: as above.
+                        let qv = unsafe { _mm256_loadu_si256(q[t].as_ptr().add(i).cast()) };
+                        acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(c0, qv));
+                        acc16[4 + t] = _mm256_add_epi16(acc16[4 + t], _mm256_maddubs_epi16(c1, qv));
+                    }
+                }
+                for (a, a16) in acc.iter_mut().zip(acc16) {
+                    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(a16, ones));
                 }
             }
-            for (a, a16) in acc.iter_mut().zip(acc16) {
-                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(a16, ones));
+            // Eight vectors to eight sums: a tree of horizontal adds, then the two halves.
+            let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+            let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[4], acc[5]), _mm256_hadd_epi32(acc[6], acc[7]));
+            // SAFETY: `qs` holds four i32.
+            let qv = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+            for (r, h) in [h0, h1].into_iter().enumerate() {
+                let raw = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+                let isum = _mm256_cvtepi32_pd(_mm_sub_epi32(raw, qv));
+                // d (an f16's 11 bits, or I2_S's f32) × isum (< 2^29) is exact in f64; one
+                // add per lane per block keeps each lane's sum in block order.
+                y[r] = _mm256_add_pd(y[r], _mm256_mul_pd(_mm256_set1_pd(d[r][b]), isum));
             }
         }
-        // Eight vectors to eight sums: a tree of horizontal adds, then the two halves.
-        let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
-        let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[4], acc[5]), _mm256_hadd_epi32(acc[6], acc[7]));
-        let lo = _mm_add_epi32(_mm256_castsi256_si128(h0), _mm256_extracti128_si256::<1>(h0));
-        let hi = _mm_add_epi32(_mm256_castsi256_si128(h1), _mm256_extracti128_si256::<1>(h1));
-        let mut out = [0i32; 8];
-        // SAFETY: `out` holds eight i32: two stores of four.
+        let mut out = [0f64; 8];
+        // SAFETY: `out` holds eight f64: two stores of four.
         unsafe {
-            _mm_storeu_si128(out.as_mut_ptr().cast(), lo);
-            _mm_storeu_si128(out.as_mut_ptr().add(4).cast(), hi);
+            _mm256_storeu_pd(out.as_mut_ptr(), y[0]);
+            _mm256_storeu_pd(out.as_mut_ptr().add(4), y[1]);
         }
         out
     }
@@ -420,15 +450,28 @@ mod tests {
                     }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");
-                    // Rows: the codes and a shifted copy; tokens: q and three rotations.
+                    // Rows: the codes and a shifted copy; tokens: q and three rotations;
+                    // blocks of 128 with scales (b + 1 + r)/8 and arbitrary subtrahends.
                     let c1: Vec<u8> = codes.iter().map(|&c| (c + 1) & 3).collect();
                     let qs: Vec<Vec<i8>> =
                         (0..4).map(|t| q.iter().cycle().skip(t * 5).take(q.len()).copied().collect()).collect();
-                    let got = codes_dot_2x4(level, [&codes, &c1], [&qs[0], &qs[1], &qs[2], &qs[3]]);
+                    let d: Vec<Vec<f64>> =
+                        (0..2).map(|r| (0..n_chunks).map(|b| (b + 1 + r) as f64 / 8.0).collect()).collect();
+                    let sub: Vec<[i32; 4]> = (0..n_chunks).map(|b| [b as i32, -3, 7 * b as i32, 1]).collect();
+                    let got =
+                        tile_2x4(level, [&codes, &c1], [&qs[0], &qs[1], &qs[2], &qs[3]], 128, [&d[0], &d[1]], &sub);
                     for (r, cr) in [&codes, &c1].iter().enumerate() {
                         for (tok, qt) in qs.iter().enumerate() {
-                            let want: i32 = cr.iter().zip(qt).map(|(&a, &b)| a as i32 * b as i32).sum();
-                            assert_eq!(got[4 * r + tok], want, "{level} 2x4 row {r} token {tok}, {n_chunks} chunks");
+                            let want: f64 = (0..n_chunks)
+                                .map(|b| {
+                                    let at = 128 * b..128 * b + 128;
+                                    let raw: i64 =
+                                        cr[at.clone()].iter().zip(&qt[at]).map(|(&a, &b)| a as i64 * b as i64).sum();
+                                    d[r][b] * (raw - sub[b][tok] as i64) as f64
+                                })
+                                .sum();
+                            let g = got[4 * r + tok];
+                            assert_eq!(g.to_bits(), want.to_bits(), "{level} 2x4 row {r} token {tok}: {g} vs {want}");
                         }
                     }
                 }

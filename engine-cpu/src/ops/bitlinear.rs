@@ -125,6 +125,18 @@ impl<'a> Ternary<'a> {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
 
+    /// Row `j`'s scale per block, widened to f64.
+    fn scales(&self, j: usize, out: &mut [f64]) {
+        let row = self.row(j);
+        let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
+        for (b, d) in out.iter_mut().enumerate() {
+            *d = match self.dtype {
+                DType::I2_S => self.i2s_scale as f64,
+                _ => f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]])) as f64,
+            };
+        }
+    }
+
     /// Scale blocks per row.
     fn blocks(&self) -> usize {
         if self.dtype == DType::I2_S {
@@ -231,39 +243,41 @@ fn unpack_row(w: &Ternary, j: usize, codes: &mut [u8]) {
 
 fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
     let (m, k) = (out.len() / n.max(1), w.k);
+    let (block, blocks) = if w.dtype == DType::I2_S { (k, 1) } else { (256, k / 256) };
+    // Σ q per scale block, per token: [n, blocks].
+    let per = block / CHUNK_ELEMS;
+    let qsums: Vec<i32> = (0..n)
+        .flat_map(|t| acts.sums(t).chunks(per.max(1)).map(|g| g.iter().sum::<i32>()).collect::<Vec<_>>())
+        .collect();
+    let qsum = |t: usize, b: usize| qsums.get(t * blocks + b).copied().unwrap_or(0);
     let mut by_row = vec![0f32; m * n];
     pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
         let mut codes = vec![0u8; rows * k];
+        let mut d = vec![0f64; rows * blocks]; // [rows, blocks]
         for (r, c) in codes.chunks_exact_mut(k.max(1)).enumerate() {
             unpack_row(w, i * TILE_ROWS + r, c);
         }
+        for (r, dr) in d.chunks_exact_mut(blocks.max(1)).enumerate() {
+            w.scales(i * TILE_ROWS + r, dr);
+        }
         // Two rows × four tokens at a time; a missing row or token repeats the last one
         // (its sums are computed and dropped).
-        let row_codes = |r: usize| &codes[r.min(rows - 1) * k..][..k];
-        let (block, blocks) = if w.dtype == DType::I2_S { (k, 1) } else { (256, k / 256) };
-        let mut raws = vec![[0i32; 8]; blocks];
-        let mut pair = vec![0i32; 2 * w.blocks()]; // [2 rows, blocks] of one token
-        let mut ys = [0f32; 2];
+        let mut sub = vec![[0i32; 4]; blocks]; // [blocks, 4 tokens]
         for r0 in (0..rows).step_by(2) {
-            let (c0, c1) = (row_codes(r0), row_codes(r0 + 1));
-            let pair_rows = (rows - r0).min(2);
+            let rr = [r0.min(rows - 1), (r0 + 1).min(rows - 1)];
+            let c = rr.map(|r| &codes[r * k..(r + 1) * k]);
+            let dr = rr.map(|r| &d[r * blocks..(r + 1) * blocks]);
             for t0 in (0..n).step_by(4) {
-                let q = |t: usize| acts.q((t0 + t).min(n - 1));
-                for (b, raw) in raws.iter_mut().enumerate() {
-                    let at = b * block..(b + 1) * block;
-                    let qs = [&q(0)[at.clone()], &q(1)[at.clone()], &q(2)[at.clone()], &q(3)[at.clone()]];
-                    *raw = t::codes_dot_2x4(level, [&c0[at.clone()], &c1[at.clone()]], qs);
+                let tok = [0, 1, 2, 3].map(|t| (t0 + t).min(n - 1));
+                for (b, s) in sub.iter_mut().enumerate() {
+                    *s = tok.map(|t| qsum(t, b));
                 }
-                for tok in 0..(n - t0).min(4) {
-                    for (dr, p) in pair.chunks_exact_mut(blocks.max(1)).enumerate().take(pair_rows) {
-                        for (b, v) in p.iter_mut().enumerate() {
-                            *v = raws[b][4 * dr + tok];
-                        }
-                    }
-                    w.finish_rows(i * TILE_ROWS + r0, acts, t0 + tok, out_scale, &pair, &mut ys[..pair_rows]);
-                    for (dr, &y) in ys[..pair_rows].iter().enumerate() {
-                        o[(r0 + dr) * n + t0 + tok] = y;
+                let y = t::tile_2x4(level, c, tok.map(|t| acts.q(t)), block, dr, &sub);
+                for (lane, &a) in y.iter().enumerate() {
+                    let (r, t) = (r0 + lane / 4, t0 + lane % 4);
+                    if r < rows && t < n {
+                        o[r * n + t] = ((a / acts.s[t] as f64) * out_scale) as f32;
                     }
                 }
             }
