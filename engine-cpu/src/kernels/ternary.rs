@@ -253,11 +253,12 @@ mod x86 {
         let mut y = [_mm256_set1_pd(zero); 2]; // row r: tokens 0..4
         for (b, qs) in qsums.iter().enumerate() {
             let mut acc = [_mm256_setzero_si256(); 8];
-            for seg in 0..block / CHUNK_ELEMS {
-                // 128 elements: four steps of at most 768 per i16 lane, then widened.
+            let steps = block / 32;
+            for seg in (0..steps).step_by(32) {
+                // Up to 32 steps of at most 768 per i16 lane (24 576), then widened.
                 let mut acc16 = [_mm256_setzero_si256(); 8];
-                for step in 0..4 {
-                    let i = b * block + CHUNK_ELEMS * seg + 32 * step;
+                for step in seg..(seg + 32).min(steps) {
+                    let i = b * block + 32 * step;
                     // SAFETY: i + 32 ≤ blocks · block ≤ every slice's length (asserted).
                     let (c0, c1) = unsafe {
                         (

@@ -250,6 +250,11 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
         .flat_map(|t| acts.sums(t).chunks(per.max(1)).map(|g| g.iter().sum::<i32>()).collect::<Vec<_>>())
         .collect();
     let qsum = |t: usize, b: usize| qsums.get(t * blocks + b).copied().unwrap_or(0);
+    // Per group of four tokens (a missing token repeats the last), per block: their Σ q.
+    let subs: Vec<Vec<[i32; 4]>> = (0..n)
+        .step_by(4)
+        .map(|t0| (0..blocks).map(|b| [0, 1, 2, 3].map(|t| qsum((t0 + t).min(n - 1), b))).collect())
+        .collect();
     let mut by_row = vec![0f32; m * n];
     pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
@@ -263,17 +268,13 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
         }
         // Two rows × four tokens at a time; a missing row or token repeats the last one
         // (its sums are computed and dropped).
-        let mut sub = vec![[0i32; 4]; blocks]; // [blocks, 4 tokens]
         for r0 in (0..rows).step_by(2) {
             let rr = [r0.min(rows - 1), (r0 + 1).min(rows - 1)];
             let c = rr.map(|r| &codes[r * k..(r + 1) * k]);
             let dr = rr.map(|r| &d[r * blocks..(r + 1) * blocks]);
             for t0 in (0..n).step_by(4) {
                 let tok = [0, 1, 2, 3].map(|t| (t0 + t).min(n - 1));
-                for (b, s) in sub.iter_mut().enumerate() {
-                    *s = tok.map(|t| qsum(t, b));
-                }
-                let y = t::tile_2x4(level, c, tok.map(|t| acts.q(t)), block, dr, &sub);
+                let y = t::tile_2x4(level, c, tok.map(|t| acts.q(t)), block, dr, &subs[t0 / 4]);
                 for (lane, &a) in y.iter().enumerate() {
                     let (r, t) = (r0 + lane / 4, t0 + lane % 4);
                     if r < rows && t < n {
