@@ -2,8 +2,8 @@
 //!
 //! Shared helpers for the tests under `tests/tests/`: where the committed fixtures are, and
 //! a reader for the `.npy` golden logits. The tests themselves check what no single crate
-//! can: real GGUF files through every layer, the architecture's invariants, and (with the
-//! GPU engine) differential tests against the reference engine.
+//! can: real GGUF files through every layer, the architecture's invariants, and
+//! differential tests of the GPU and CPU engines against the reference engine.
 //!
 //! It must not be a dependency of any other crate.
 

@@ -1,4 +1,5 @@
-//! ATTENTION: GPU engine vs reference engine over random shapes: head dims 32 ..= 128 half
+//! ATTENTION: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the
+//! reference engine over random shapes: head dims 32 ..= 128 half
 //! the time and 1 ..= 31 otherwise (odd ones included), 1 to 3 kv heads with 1 to 4 query
 //! heads each, decode (one row, contexts up to 4200, the kernel's split-K path) and prefill
 //! (up to 24 rows, its direct path when the cache is short), each compiled program run at
@@ -24,12 +25,17 @@
 //! dimension, the last term for the reference's own rounding of its f64 result, 1.01 for
 //! the second-order terms. For the 2B decode shape at position 4095 this is about
 //! 1.4e-4·(V + |want|), nearly all of it the worst case of the 128-term scores in f32.
+//!
+//! The CPU engine is held to the same bound. It also accumulates in f32 (scores as dot
+//! products of eight partial sums, e^x within 2 ulp, the sums of one row's positions in
+//! index order, split over parts of 256 positions merged as above for one row over a long
+//! context), which the bound's γ-style terms cover for the contexts tested here.
 
 use proptest::prelude::*;
 use purebee_isa::ops::Attention;
-use purebee_isa::{DType, ParamValue, ProgramBuilder, U32Arg};
+use purebee_isa::{DType, Engine, ParamValue, ProgramBuilder, U32Arg};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{f32s, gpu_tests_skipped, pair};
+use purebee_tests::differential::{f32s, gpu_tests_skipped, on_cpu_levels, pair, Pair};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
@@ -76,6 +82,9 @@ impl Case {
 /// Compares one run's output with the reference's within the bound the module documents.
 fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32]) -> Result<(), String> {
     let (hd, q_width, kv_width) = (c.head_dim, c.n_head * c.head_dim, c.n_kv * c.head_dim);
+    if got.len() != want.len() || want.len() != c.n * q_width {
+        return Err(format!("{}: {} outputs, expected {}", c.shape(), got.len(), want.len()));
+    }
     let scale = 1.0 / (hd as f64).sqrt();
     for r in 0..c.n {
         let len = pos as usize + r + 1;
@@ -117,8 +126,9 @@ fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32]) -> Result<(), String> 
     Ok(())
 }
 
-/// Runs the case's program once per position on both engines and compares each run.
-fn check(c: &Case) -> Result<(), String> {
+/// Runs the case's program once per position on both engines of `pair` and compares each
+/// run.
+fn check<E: Engine>(pair: &mut Pair<E>, c: &Case) -> Result<(), String> {
     let (q_width, kv_width) = (c.n_head * c.head_dim, c.n_kv * c.head_dim);
     let matrix = |rows, cols, v: &Vec<f32>| {
         HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), v.clone()).expect("sizes agree")
@@ -131,16 +141,27 @@ fn check(c: &Case) -> Result<(), String> {
     let positions: Vec<u32> = if c.pos_param { c.positions.clone() } else { c.positions[..1].to_vec() };
     let runs: Vec<Vec<ParamValue>> =
         positions.iter().map(|&p| if c.pos_param { vec![ParamValue::U32(p)] } else { vec![] }).collect();
-    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
+    let results = pair.run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
         let pos = if c.pos_param { b.param_u32("pos")? } else { U32Arg::Const(c.positions[0]) };
         let out = b.alloc(&name("out"), DType::F32, &[c.n, q_width])?;
         b.attention(Attention { out, q: ids[0], k_cache: ids[1], v_cache: ids[2], head_dim: c.head_dim as u32, pos })?;
         Ok(vec![out])
     });
-    for (run, (gpu, reference)) in results.iter().enumerate() {
-        compare(c, positions[run], &f32s(&gpu[0]), &f32s(&reference[0]))?;
+    for (run, (got, reference)) in results.iter().enumerate() {
+        compare(c, positions[run], &f32s(&got[0]), &f32s(&reference[0]))
+            .map_err(|e| format!("{} engine: {e}", pair.engine.name()))?;
     }
     Ok(())
+}
+
+/// The case on the GPU engine.
+fn check_gpu(c: &Case) -> Result<(), String> {
+    check(&mut pair(), c)
+}
+
+/// The case on the CPU engine, every SIMD path.
+fn check_cpu(c: &Case) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, c))
 }
 
 fn head_dim() -> impl Strategy<Value = usize> {
@@ -177,13 +198,26 @@ proptest! {
     #[test]
     fn decode_matches_the_reference(c in case(1..=1, 0..=4200)) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(&c).map_err(TestCaseError::fail)?;
+        check_gpu(&c).map_err(TestCaseError::fail)?;
     }
 
     #[test]
     fn prefill_matches_the_reference(c in case(2..=24, 0..=300)) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(&c).map_err(TestCaseError::fail)?;
+        check_gpu(&c).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn cpu_decode_matches_the_reference(c in case(1..=1, 0..=4200)) {
+        check_cpu(&c).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_prefill_matches_the_reference(c in case(2..=24, 0..=300)) {
+        check_cpu(&c).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -215,14 +249,37 @@ fn pinned(n: usize, n_head: usize, n_kv: usize, head_dim: usize, n_ctx: usize, p
     .poison()
 }
 
+/// 20 heads, 5 kv heads of 128, 4096 positions; the last position, the first, and one
+/// between, in one compiled program.
+fn bitnet_2b_decode() -> Case {
+    pinned(1, 20, 5, 128, 4096, vec![4095, 0, 2500])
+}
+
 #[test]
 fn bitnet_2b_decode_over_the_whole_context() {
     if gpu_tests_skipped() {
         return;
     }
-    // 20 heads, 5 kv heads of 128, 4096 positions; the last position, the first, and one
-    // between, in one compiled program.
-    check(&pinned(1, 20, 5, 128, 4096, vec![4095, 0, 2500])).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&bitnet_2b_decode()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn bitnet_2b_decode_over_the_whole_context_on_the_cpu() {
+    check_cpu(&bitnet_2b_decode()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// One kv head and one row over a long context: the CPU engine splits the positions.
+fn bitnet_2b_one_kv_head_decode() -> Case {
+    pinned(1, 4, 1, 128, 4096, vec![4095, 255, 256, 3000])
+}
+
+#[test]
+fn one_kv_head_decode_over_the_whole_context_on_the_cpu() {
+    check_cpu(&bitnet_2b_one_kv_head_decode()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn smollm2_decode() -> Case {
+    pinned(1, 9, 3, 64, 2048, vec![1999, 63, 64, 65])
 }
 
 #[test]
@@ -230,7 +287,18 @@ fn smollm2_decode_with_three_query_heads_per_kv_head() {
     if gpu_tests_skipped() {
         return;
     }
-    check(&pinned(1, 9, 3, 64, 2048, vec![1999, 63, 64, 65])).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&smollm2_decode()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn smollm2_decode_with_three_query_heads_per_kv_head_on_the_cpu() {
+    check_cpu(&smollm2_decode()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Enough (row, head) pairs that the positions are not split; rows at 0 ..= 511, then at
+/// 200 ..= 711 of a 712-row cache.
+fn prefill_of_512() -> Case {
+    pinned(512, 4, 1, 64, 712, vec![0, 200])
 }
 
 #[test]
@@ -238,9 +306,19 @@ fn prefill_of_512_rows() {
     if gpu_tests_skipped() {
         return;
     }
-    // Enough (row, head) pairs that the positions are not split; rows at 0 ..= 511, then at
-    // 200 ..= 711 of a 712-row cache.
-    check(&pinned(512, 4, 1, 64, 712, vec![0, 200])).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&prefill_of_512()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn prefill_of_512_rows_on_the_cpu() {
+    check_cpu(&prefill_of_512()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Scores in the hundreds: e^score overflows f32 unless the maximum is subtracted.
+fn large_scores() -> Case {
+    let mut c = pinned(3, 2, 1, 32, 300, vec![290, 5]);
+    c.q = values(c.q.len(), 7, 64.0);
+    c
 }
 
 #[test]
@@ -248,10 +326,20 @@ fn large_scores_need_the_maximum_subtracted() {
     if gpu_tests_skipped() {
         return;
     }
-    // Scores in the hundreds: e^score overflows f32 unless the maximum is subtracted.
-    let mut c = pinned(3, 2, 1, 32, 300, vec![290, 5]);
-    c.q = values(c.q.len(), 7, 64.0);
-    check(&c).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&large_scores()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn large_scores_need_the_maximum_subtracted_on_the_cpu() {
+    check_cpu(&large_scores()).unwrap_or_else(|e| panic!("{e}"));
+    // One row over a split context, too.
+    let mut c = pinned(1, 2, 1, 32, 1000, vec![999, 600]);
+    c.q = values(c.q.len(), 8, 64.0);
+    check_cpu(&c).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn one_element_heads() -> Case {
+    pinned(2, 1, 1, 1, 130, vec![0, 128, 77])
 }
 
 #[test]
@@ -259,20 +347,21 @@ fn one_head_of_one_element() {
     if gpu_tests_skipped() {
         return;
     }
-    check(&pinned(2, 1, 1, 1, 130, vec![0, 128, 77])).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&one_element_heads()).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
-fn chunked_prefill_of_two_layers_in_one_program() {
-    if gpu_tests_skipped() {
-        return;
-    }
-    // Per layer, KV_WRITE of 4 key and value rows at `pos`, then ATTENTION of 4 query rows
-    // at `pos`, as a model records them; the program runs at positions 0, 4, 8, ..., so each
-    // run reads the rows the runs before it wrote. The caches start as NaN: an ATTENTION
-    // that ran before its KV_WRITE finished, or read past it, would show. The two layers'
-    // shapes differ, so their split-K partials ask for different scratch sizes and share the
-    // larger buffer.
+fn one_head_of_one_element_on_the_cpu() {
+    check_cpu(&one_element_heads()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Per layer, KV_WRITE of 4 key and value rows at `pos`, then ATTENTION of 4 query rows
+/// at `pos`, as a model records them; the program runs at positions 0, 4, 8, ..., so each
+/// run reads the rows the runs before it wrote. The caches start as NaN: an ATTENTION
+/// that ran before its KV_WRITE finished, or read past it, would show. The two layers'
+/// shapes differ, so (on the GPU) their split-K partials ask for different scratch sizes
+/// and share the larger buffer.
+fn chunked_prefill_of_two_layers<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
     let (n, n_ctx) = (4, 200);
     let layers = [(4usize, 2usize, 48usize), (6, 3, 100)]; // (n_head, n_kv, head_dim)
     let mut inputs = Vec::new();
@@ -290,7 +379,7 @@ fn chunked_prefill_of_two_layers_in_one_program() {
     let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(name, t)| (name.as_str(), t.clone())).collect();
     let positions: Vec<u32> = (0..12).map(|i| 4 * i).collect();
     let runs: Vec<Vec<ParamValue>> = positions.iter().map(|&p| vec![ParamValue::U32(p)]).collect();
-    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
+    let results = pair.run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
         let pos = b.param_u32("pos")?;
         let mut outs = Vec::new();
         for (l, &(n_head, _, hd)) in layers.iter().enumerate() {
@@ -303,12 +392,17 @@ fn chunked_prefill_of_two_layers_in_one_program() {
         }
         Ok(outs)
     });
-    for (run, (gpu, reference)) in results.iter().enumerate() {
+    let engine = pair.engine.name();
+    for (run, (got, reference)) in results.iter().enumerate() {
         for (l, &(n_head, n_kv, head_dim)) in layers.iter().enumerate() {
             // KV_WRITE is exact, so both engines attend over the same caches: the
             // reference's, which the bound reads.
-            assert_eq!(gpu[3 * l + 1], reference[3 * l + 1], "run {run}, layer {l}: key caches differ");
-            assert_eq!(gpu[3 * l + 2], reference[3 * l + 2], "run {run}, layer {l}: value caches differ");
+            if got[3 * l + 1] != reference[3 * l + 1] {
+                return Err(format!("{engine} engine: run {run}, layer {l}: key caches differ"));
+            }
+            if got[3 * l + 2] != reference[3 * l + 2] {
+                return Err(format!("{engine} engine: run {run}, layer {l}: value caches differ"));
+            }
             let c = Case {
                 n,
                 n_head,
@@ -321,8 +415,22 @@ fn chunked_prefill_of_two_layers_in_one_program() {
                 k: f32s(&reference[3 * l + 1]),
                 v: f32s(&reference[3 * l + 2]),
             };
-            compare(&c, positions[run], &f32s(&gpu[3 * l]), &f32s(&reference[3 * l]))
-                .unwrap_or_else(|e| panic!("run {run}, layer {l}: {e}"));
+            compare(&c, positions[run], &f32s(&got[3 * l]), &f32s(&reference[3 * l]))
+                .map_err(|e| format!("{engine} engine: run {run}, layer {l}: {e}"))?;
         }
     }
+    Ok(())
+}
+
+#[test]
+fn chunked_prefill_of_two_layers_in_one_program() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    chunked_prefill_of_two_layers(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn chunked_prefill_of_two_layers_in_one_program_on_the_cpu() {
+    on_cpu_levels(chunked_prefill_of_two_layers).unwrap_or_else(|e| panic!("{e}"));
 }

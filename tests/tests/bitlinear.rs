@@ -1,10 +1,16 @@
-//! BITLINEAR: GPU engine vs reference engine for TQ1_0, TQ2_0 and I2_S weights, with and
-//! without the `.scale` tensor, one token (`gemv`) and several (`tiled`), subgroup and
-//! portable reductions, odd row and token counts, row lengths that are whole blocks
-//! (multiples of 128 for I2_S, 256 for TQ1_0 / TQ2_0) but not multiples of the 256-column
-//! tile (I2_S), more than 65535 tokens.
+//! BITLINEAR: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the
+//! reference engine for TQ1_0, TQ2_0 and I2_S weights, with and without the `.scale` tensor,
+//! one token (`gemv`) and several (`tiled`), subgroup and portable reductions (GPU), odd row
+//! and token counts, row lengths that are whole blocks (multiples of 128 for I2_S, 256 for
+//! TQ1_0 / TQ2_0) but not multiples of the 256-column tile (I2_S), more than 65535 tokens.
 //!
-//! Each case checks, in order:
+//! **The CPU engine** must give the reference's outputs exactly, for exact and random data
+//! alike (±0 compare equal, and NaN equals NaN): it quantizes the activations as the ISA
+//! says, sums the int8 × ternary products exactly in integers per scale block, and computes
+//! the final scaling `Σ_b d_b · isum_b / s · scale` in f64 in the reference's order, rounding
+//! once. Its int8 activations are internal, so only the outputs are compared.
+//!
+//! **On the GPU**, each case checks, in order:
 //! 1. **The activation scales `s`, bit for bit**, read from the GPU's scratch buffer, against
 //!    `bitlinear_act_scale` (the GPU computes the correctly rounded quotient by integer long
 //!    division, so no difference is allowed).
@@ -28,12 +34,12 @@
 //!    reference's one rounding of its f64 result (u).
 
 use proptest::prelude::*;
-use purebee_engine_gpu::ScratchKey;
+use purebee_engine_gpu::{GpuEngine, ScratchKey};
 use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize};
-use purebee_isa::DType;
+use purebee_isa::{DType, Engine, Program};
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{f32s, gpu_tests_skipped, pair, portable_pair, Pair};
+use purebee_tests::differential::{f32s, gpu_tests_skipped, on_cpu_levels, pair, portable_pair, Pair};
 use purebee_tests::rng::SplitMix64;
 
 const FORMATS: [DType; 3] = [DType::TQ1_0, DType::TQ2_0, DType::I2_S];
@@ -148,16 +154,40 @@ fn near_half(x: f32, s: f32) -> bool {
     ((p - p.floor()) - 0.5).abs() <= ulp
 }
 
-/// Runs the case on both engines of `pair` and checks s, q and the outputs (module docs).
-fn check(pair: &mut Pair, c: &Case) -> Result<usize, String> {
+/// What the engine under test is held to (module docs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// The GPU: equal outputs for exact data, the scaling tolerance for random data.
+    Bound,
+    /// The CPU: the reference's outputs, exactly, for any data.
+    Equal,
+}
+
+/// The GPU's int8 activations and activation scales of the BITLINEAR in `program` (its
+/// scratch buffers).
+fn gpu_scratch(gpu: &mut GpuEngine, program: &Program) -> Option<(Vec<u8>, Vec<u8>)> {
+    let acts = gpu.read_scratch(program, ScratchKey::BitlinearActivations).expect("activations");
+    let scales = gpu.read_scratch(program, ScratchKey::BitlinearScales).expect("scales");
+    Some((acts, scales))
+}
+
+/// Runs the case on both engines of `pair` and checks s and q (when `scratch` gives the
+/// engine's int8 activations and scales) and the outputs (module docs). Returns the number
+/// of rounding flips at .5 boundaries.
+fn check<E: Engine>(
+    pair: &mut Pair<E>,
+    c: &Case,
+    expect: Expect,
+    scratch: impl FnOnce(&mut E, &Program) -> Option<(Vec<u8>, Vec<u8>)>,
+) -> Result<usize, String> {
     let (n, m, k) = (c.n, c.m, c.k);
     let what = format!(
-        "BITLINEAR {} n={n} m={m} k={k} scale={:?} {:?} {} subgroups={}",
+        "{} engine: BITLINEAR {} n={n} m={m} k={k} scale={:?} {:?} {}",
+        pair.engine.name(),
         c.dtype,
         c.scale,
         c.data,
-        c.label,
-        pair.gpu.context().capabilities().subgroups
+        c.label
     );
     let shape = |r, cols| Shape::matrix(r, cols).expect("valid shape");
     let mut inputs = vec![
@@ -167,7 +197,7 @@ fn check(pair: &mut Pair, c: &Case) -> Result<usize, String> {
     if let Some(s) = c.scale {
         inputs.push(("scale", HostTensor::from_f32("scale", Shape::vector(1), vec![s]).expect("sizes agree")));
     }
-    let (gpu, reference, (acts, scales)) = pair.run_inspect(
+    let (got, reference, seen) = pair.run_inspect(
         &inputs,
         &[],
         |b, name, ids| {
@@ -175,48 +205,48 @@ fn check(pair: &mut Pair, c: &Case) -> Result<usize, String> {
             b.bitlinear(out, ids[0], ids[1], ids.get(2).copied())?;
             Ok(vec![out])
         },
-        |gpu, program| {
-            let acts = gpu.read_scratch(program, ScratchKey::BitlinearActivations).expect("activations");
-            let scales = gpu.read_scratch(program, ScratchKey::BitlinearScales).expect("scales");
-            (acts, scales)
-        },
+        scratch,
     );
 
-    // 1. s, bit for bit.
-    let gpu_s = f32s(&scales);
+    // s and q as the ISA defines them.
     let mut s = vec![0f32; n];
-    for r in 0..n {
+    for (r, s) in s.iter_mut().enumerate() {
         let row = &c.x[r * k..(r + 1) * k];
-        s[r] = bitlinear_act_scale(row.iter().fold(0f32, |a, &v| a.max(v.abs())));
-        if gpu_s[r].to_bits() != s[r].to_bits() {
-            return Err(format!("{what}: s of row {r}: got {:e}, expected {:e}", gpu_s[r], s[r]));
-        }
+        *s = bitlinear_act_scale(row.iter().fold(0f32, |a, &v| a.max(v.abs())));
     }
-    // 2. q, equal but for one-off flips at .5 boundaries.
-    let mut q = vec![0i8; n * k];
+    let q: Vec<i8> = (0..n * k).map(|i| bitlinear_quantize(c.x[i], s[i / k])).collect();
     let mut flipped = vec![false; n * k];
     let mut flips = 0;
-    for i in 0..n * k {
-        let r = i / k;
-        q[i] = bitlinear_quantize(c.x[i], s[r]);
-        let g = acts[i] as i8;
-        if g != q[i] {
-            if (g as i32 - q[i] as i32).abs() == 1 && near_half(c.x[i], s[r]) {
-                flipped[i] = true;
-                flips += 1;
-            } else {
-                return Err(format!(
-                    "{what}: q of row {r}, element {}: got {g}, expected {} (x = {:e}, s = {:e})",
-                    i % k,
-                    q[i],
-                    c.x[i],
-                    s[r]
-                ));
+    if let Some((acts, scales)) = seen {
+        // 1. s, bit for bit.
+        let engine_s = f32s(&scales);
+        for r in 0..n {
+            if engine_s[r].to_bits() != s[r].to_bits() {
+                return Err(format!("{what}: s of row {r}: got {:e}, expected {:e}", engine_s[r], s[r]));
+            }
+        }
+        // 2. q, equal but for one-off flips at .5 boundaries.
+        for i in 0..n * k {
+            let r = i / k;
+            let g = acts[i] as i8;
+            if g != q[i] {
+                if (g as i32 - q[i] as i32).abs() == 1 && near_half(c.x[i], s[r]) {
+                    flipped[i] = true;
+                    flips += 1;
+                } else {
+                    return Err(format!(
+                        "{what}: q of row {r}, element {}: got {g}, expected {} (x = {:e}, s = {:e})",
+                        i % k,
+                        q[i],
+                        c.x[i],
+                        s[r]
+                    ));
+                }
             }
         }
     }
     // 3. The outputs.
-    let (got, want) = (f32s(&gpu[0]), f32s(&reference[0]));
+    let (got, want) = (f32s(&got[0]), f32s(&reference[0]));
     if got.len() != n * m || want.len() != n * m {
         return Err(format!("{what}: {} outputs, expected {}", got.len(), want.len()));
     }
@@ -232,9 +262,10 @@ fn check(pair: &mut Pair, c: &Case) -> Result<usize, String> {
             let idx = r * m + j;
             let (g, w) = (got[idx], want[idx]);
             let diff = (g as f64 - w as f64).abs();
-            let ok = match c.data {
-                Data::Exact => g == w,
-                Data::Random => {
+            let ok = match (expect, c.data) {
+                (Expect::Equal, _) => g == w || (g.is_nan() && w.is_nan()),
+                (Expect::Bound, Data::Exact) => g == w,
+                (Expect::Bound, Data::Random) => {
                     let (mut b, mut flip) = (0f64, 0f64);
                     for i in 0..k {
                         let dt = (d[i / block] as f64 * t[i] as f64).abs();
@@ -250,7 +281,10 @@ fn check(pair: &mut Pair, c: &Case) -> Result<usize, String> {
             };
             if !ok {
                 return Err(format!(
-                    "{what}: token {r}, row {j} (index {idx}): got {g}, expected {w}, difference {diff:e}"
+                    "{what}: token {r}, row {j} (index {idx}): got {g} ({:#010x}), expected {w} ({:#010x}), \
+                     difference {diff:e}",
+                    g.to_bits(),
+                    w.to_bits()
                 ));
             }
         }
@@ -258,12 +292,20 @@ fn check(pair: &mut Pair, c: &Case) -> Result<usize, String> {
     Ok(flips)
 }
 
+/// The case on the GPU engine, subgroups or portable: s, q and the outputs within the bound.
 fn run(c: &Case, portable: bool) -> Result<(), String> {
-    let flips = if portable { check(&mut portable_pair(), c)? } else { check(&mut pair(), c)? };
+    let mut pair = if portable { portable_pair() } else { pair() };
+    let subgroups = pair.engine.context().capabilities().subgroups;
+    let flips = check(&mut pair, c, Expect::Bound, gpu_scratch).map_err(|e| format!("subgroups={subgroups}: {e}"))?;
     if flips > 0 {
         eprintln!("{} {}: {flips} rounding flips at .5 boundaries", c.dtype, c.label);
     }
     Ok(())
+}
+
+/// The case on the CPU engine, every SIMD path: the reference's outputs exactly.
+fn run_cpu(c: &Case) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, c, Expect::Equal, |_, _| None))
 }
 
 /// Row lengths: whole blocks (128 for I2_S, 256 for TQ1_0 / TQ2_0).
@@ -302,6 +344,22 @@ proptest! {
     }
 }
 
+// The same cases on the CPU engine (the GPU's `portable` flag is not used), which must
+// match the reference bit for bit on both kinds of data.
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cpu_exact_integer_sums_match_bit_for_bit((dtype, n, m, k, seed, with_scale, _portable) in case()) {
+        run_cpu(&Case::random(dtype, n, m, k, seed, with_scale, Data::Exact)).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_random_activations_match_bit_for_bit((dtype, n, m, k, seed, with_scale, _portable) in case()) {
+        run_cpu(&Case::random(dtype, n, m, k, seed, with_scale, Data::Random)).map_err(TestCaseError::fail)?;
+    }
+}
+
 #[test]
 fn every_format_kernel_path_and_output_scale() {
     if gpu_tests_skipped() {
@@ -324,13 +382,24 @@ fn every_format_kernel_path_and_output_scale() {
 }
 
 #[test]
-fn activation_scale_is_correctly_rounded_across_the_f32_range() {
-    // 65537 rows (more than one grid dimension of quantize workgroups), one large element
-    // each: random finite bit patterns of both signs, and the edges: 0, subnormals, the
-    // 1e-5 floor and its neighbours, 127, the largest f32.
-    if gpu_tests_skipped() {
-        return;
+fn every_format_kernel_path_and_output_scale_on_the_cpu() {
+    for dtype in FORMATS {
+        let k = if dtype == DType::I2_S { 384 } else { 512 };
+        for n in [1, 37] {
+            for with_scale in [false, true] {
+                for data in [Data::Exact, Data::Random] {
+                    let c = Case::random(dtype, n, 67, k, 1000 + n as u64, with_scale, data);
+                    run_cpu(&c).unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+        }
     }
+}
+
+/// 65537 rows (more than one grid dimension of quantize workgroups), one large element
+/// each: random finite bit patterns of both signs, and the edges: 0, subnormals, the 1e-5
+/// floor and its neighbours, 127, the largest f32.
+fn across_the_f32_range() -> Case {
     let (n, k) = (65_537, 128);
     let eps = 1e-5f32.to_bits();
     let mut special: Vec<f32> = vec![0.0, -0.0, 1.0, 127.0, -127.0, f32::MAX, -f32::MAX, f32::MIN_POSITIVE, 1e-40];
@@ -348,17 +417,27 @@ fn activation_scale_is_correctly_rounded_across_the_f32_range() {
     }
     let mut rng = SplitMix64(6);
     let w = weight_bytes(DType::I2_S, 3, k, &mut rng, Data::Random);
-    let c = Case { dtype: DType::I2_S, n, m: 3, k, x, w, scale: None, data: Data::Random, label: "range".into() };
-    run(&c, false).unwrap_or_else(|e| panic!("{e}"));
+    Case { dtype: DType::I2_S, n, m: 3, k, x, w, scale: None, data: Data::Random, label: "range".into() }
 }
 
 #[test]
-fn non_finite_activations_quantize_as_the_reference() {
-    // NaN is ignored by the absolute maximum and quantizes to 0; an infinite maximum makes
-    // s = 127 / inf = 0, every q 0, and the outputs 0 / 0 = NaN on both engines.
+fn activations_across_the_f32_range_on_the_cpu() {
+    // Only the outputs are visible on the CPU; they must be the reference's.
+    run_cpu(&across_the_f32_range()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn activation_scale_is_correctly_rounded_across_the_f32_range() {
     if gpu_tests_skipped() {
         return;
     }
+    run(&across_the_f32_range(), false).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// NaN is ignored by the absolute maximum and quantizes to 0; an infinite maximum makes
+/// s = 127 / inf = 0, every q 0, and the outputs 0 / 0 = NaN on both engines. Calls `run`
+/// with each case.
+fn non_finite_activations(mut run: impl FnMut(&Case)) {
     let k = 256;
     let mut rng = SplitMix64(11);
     let mut x = activations(4, k, &mut rng, Data::Random);
@@ -381,10 +460,25 @@ fn non_finite_activations_quantize_as_the_reference() {
                 data: Data::Random,
                 label: "non-finite".into(),
             };
-            run(&c, false).unwrap_or_else(|e| panic!("{e}"));
-            run(&c, true).unwrap_or_else(|e| panic!("{e}"));
+            run(&c);
         }
     }
+}
+
+#[test]
+fn non_finite_activations_quantize_as_the_reference() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    non_finite_activations(|c| {
+        run(c, false).unwrap_or_else(|e| panic!("{e}"));
+        run(c, true).unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+#[test]
+fn non_finite_activations_give_the_references_outputs_on_the_cpu() {
+    non_finite_activations(|c| run_cpu(c).unwrap_or_else(|e| panic!("{e}")));
 }
 
 #[test]
@@ -398,7 +492,7 @@ fn rows_of_zero_length_give_zero() {
     let mut p = pair();
     for dtype in FORMATS {
         for n in [1, 3] {
-            let gpu = &mut p.gpu;
+            let gpu = &mut p.engine;
             let tag = format!("k0_{dtype}_{n}");
             let w = weight_bytes(dtype, 4, 0, &mut SplitMix64(1), Data::Random);
             let empty = HostTensor::zeros("x", DType::F32, Shape::matrix(n, 0).expect("shape")).expect("empty");
@@ -428,16 +522,15 @@ fn same_values(dtype: DType, m: usize, k: usize, a: &[u8], b: &[u8]) -> bool {
     })
 }
 
-#[test]
-fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout() {
-    // Ternary tensors live repacked on the GPU: GRID_WRITE (an instruction, or the host's
-    // Engine::write) repacks, GRID_READ rebuilds the file layout. TQ2_0 and I2_S come back
-    // byte for byte (I2_S's trailer holds its scale 8 times, as weight_bytes writes it);
-    // random TQ1_0 bytes are not all canonical base-3 encodings, so they must decode equal.
-    if gpu_tests_skipped() {
-        return;
-    }
-    use purebee_isa::{Engine, ProgramBuilder};
+/// Ternary tensors written by GRID_WRITE (an instruction, or the host's Engine::write) and
+/// read back by GRID_READ on the engine under test (the GPU repacks them, and rebuilds the
+/// file layout to read them). TQ2_0 and I2_S come back byte for byte (I2_S's trailer holds
+/// its scale 8 times, as weight_bytes writes it); random TQ1_0 bytes are not all canonical
+/// base-3 encodings, so they must decode equal. BITLINEAR on the written weight must give
+/// the reference's outputs exactly (exact data).
+fn ternary_weights_read_back<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
+    use purebee_isa::ProgramBuilder;
+    let engine = pair.engine.name();
     let mut rng = SplitMix64(21);
     for dtype in FORMATS {
         let (n, m, k) = (3, 5, if dtype == DType::I2_S { 384 } else { 512 });
@@ -448,7 +541,7 @@ fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout
         // GRID_WRITE as an instruction, then BITLINEAR on the written weight.
         let inputs = [("x", HostTensor::from_f32("x", Shape::matrix(n, k).expect("shape"), x).expect("sizes"))];
         let data: std::sync::Arc<[u8]> = w.clone().into();
-        let (gpu, reference) = pair().run(&inputs, &[], |b, name, ids| {
+        let (got, reference) = pair.run(&inputs, &[], |b, name, ids| {
             let wt = b.alloc(&name("w"), dtype, &[m, k])?;
             b.grid_write(wt, data.clone())?;
             let out = b.alloc(&name("out"), DType::F32, &[n, m])?;
@@ -456,23 +549,46 @@ fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout
             Ok(vec![out, wt])
         });
         assert_eq!(reference[1], w, "{dtype}: the reference engine reads back what was written");
-        assert!(same(&gpu[1]), "{dtype}: GRID_WRITE then GRID_READ on the GPU");
-        assert_eq!(f32s(&gpu[0]), f32s(&reference[0]), "{dtype}: BITLINEAR on a GRID_WRITE weight");
+        if !same(&got[1]) {
+            return Err(format!("{engine} engine: {dtype}: GRID_WRITE then GRID_READ"));
+        }
+        if f32s(&got[0]) != f32s(&reference[0]) {
+            return Err(format!(
+                "{engine} engine: {dtype}: BITLINEAR on a GRID_WRITE weight: got {:?}, expected {:?}",
+                f32s(&got[0]),
+                f32s(&reference[0])
+            ));
+        }
 
         // Engine::write from the host.
-        let mut p = pair();
-        let gpu = &mut p.gpu;
+        let e = &mut pair.engine;
         let name = format!("host_written_{dtype}");
-        let mut b = ProgramBuilder::new("alloc", gpu.memory_mut());
+        let mut b = ProgramBuilder::new("alloc", e.memory_mut());
         let id = b.alloc(&name, dtype, &[m, k]).expect("declares");
         let alloc = b.finish();
-        gpu.execute(&alloc, &[]).expect("allocates");
-        gpu.write(id, &w).expect("writes");
-        let back = gpu.read(id).expect("reads");
-        assert!(same(&back), "{dtype}: Engine::write then Engine::read on the GPU");
-        let mut b = ProgramBuilder::new("free", gpu.memory_mut());
+        e.execute(&alloc, &[]).expect("allocates");
+        e.write(id, &w).expect("writes");
+        let back = e.read(id).expect("reads");
+        if !same(&back) {
+            return Err(format!("{engine} engine: {dtype}: Engine::write then Engine::read"));
+        }
+        let mut b = ProgramBuilder::new("free", e.memory_mut());
         b.free(id).expect("live");
         let free = b.finish();
-        gpu.execute(&free, &[]).expect("frees");
+        e.execute(&free, &[]).expect("frees");
     }
+    Ok(())
+}
+
+#[test]
+fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    ternary_weights_read_back(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout_on_the_cpu() {
+    on_cpu_levels(ternary_weights_read_back).unwrap_or_else(|e| panic!("{e}"));
 }

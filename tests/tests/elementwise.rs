@@ -1,20 +1,25 @@
-//! TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU: GPU engine vs reference engine over random
-//! shapes (sizes that are not multiples of the 256-thread workgroup) and random data, in
-//! place and not.
+//! TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU: the GPU engine and the CPU engine (every SIMD
+//! path this CPU runs) vs the reference engine over random shapes (sizes that are not
+//! multiples of the 256-thread workgroup nor of a SIMD width) and random data, in place and
+//! not.
 //!
-//! Tolerances: add, mul and relu2 are one or two correctly rounded f32 operations in both
-//! engines (the reference computes relu2 in f64 and rounds once, which is the same value
+//! Tolerances: add, mul and relu2 are one or two correctly rounded f32 operations in every
+//! engine (the reference computes relu2 in f64 and rounds once, which is the same value
 //! as squaring an f32 exactly rounded), so they must agree exactly. SILU computes its own
 //! e^x to about one ulp (`exp_accurate` in `elementwise.wgsl`), then one add and one division
 //! (WGSL allows 2.5 ulp for the division): 4 ulp relative (2.4e-7), plus 1e-37 absolute for
 //! results that underflow to subnormals. Measured on lavapipe over 200,000 points in
 //! [−12, 12]: at most 2 ulp. GELU uses WGSL's `tanh`, which may be off by a few ulp more,
 //! and a cubic: 1e-5 relative for |x| ≤ 8, and 1e-6 absolute for results near zero.
+//!
+//! The CPU engine is held to the same SILU tolerance (its e^x is within 2 ulp, then a
+//! product, an add and a correctly rounded division), and to exact equality for GELU: it
+//! evaluates the reference's f64 formula and rounds once.
 
 use proptest::prelude::*;
-use purebee_isa::{DType, ProgramBuilder};
+use purebee_isa::{DType, Engine, ProgramBuilder};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, pair};
+use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, on_cpu_levels, pair, Pair};
 
 fn input(n: usize, values: Vec<f32>) -> HostTensor {
     HostTensor::from_f32("x", Shape::vector(n), values).expect("sizes agree")
@@ -29,10 +34,35 @@ enum Op {
     Gelu,
 }
 
-fn check(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String> {
+/// The (absolute, relative) tolerance of `op` on the GPU engine (module docs).
+fn gpu_tolerance(op: Op) -> (f32, f32) {
+    match op {
+        Op::Add | Op::Mul | Op::Relu2 => (0.0, 0.0),
+        Op::Silu => (1e-37, 2.4e-7),
+        Op::Gelu => (1e-6, 1e-5),
+    }
+}
+
+/// The (absolute, relative) tolerance of `op` on the CPU engine (module docs).
+fn cpu_tolerance(op: Op) -> (f32, f32) {
+    match op {
+        Op::Add | Op::Mul | Op::Relu2 | Op::Gelu => (0.0, 0.0),
+        Op::Silu => (1e-37, 2.4e-7),
+    }
+}
+
+/// Runs `op` on both engines of `pair` and compares within `(abs, rel)`.
+fn check<E: Engine>(
+    pair: &mut Pair<E>,
+    op: Op,
+    a: &[f32],
+    b: &[f32],
+    in_place: bool,
+    (tol_abs, tol_rel): (f32, f32),
+) -> Result<(), String> {
     let n = a.len();
-    let inputs = [("a", input(n, a)), ("b", input(n, b))];
-    let (gpu, reference) = pair().run(&inputs, &[], |bld: &mut ProgramBuilder, name, ids| {
+    let inputs = [("a", input(n, a.to_vec())), ("b", input(n, b.to_vec()))];
+    let (got, reference) = pair.run(&inputs, &[], |bld: &mut ProgramBuilder, name, ids| {
         let out = if in_place { ids[0] } else { bld.alloc(&name("out"), DType::F32, &[n])? };
         match op {
             Op::Add => bld.add(out, ids[0], ids[1])?,
@@ -43,13 +73,18 @@ fn check(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String>
         }
         Ok(if in_place { vec![ids[0]] } else { vec![out, ids[0]] })
     });
-    let what = format!("{op:?} n={n} in_place={in_place}");
-    let (tol_abs, tol_rel) = match op {
-        Op::Add | Op::Mul | Op::Relu2 => (0.0, 0.0),
-        Op::Silu => (1e-37, 2.4e-7),
-        Op::Gelu => (1e-6, 1e-5),
-    };
-    assert_close(&f32s(&gpu[0]), &f32s(&reference[0]), tol_abs, tol_rel, &what)
+    let what = format!("{} engine: {op:?} n={n} in_place={in_place}", pair.engine.name());
+    assert_close(&f32s(&got[0]), &f32s(&reference[0]), tol_abs, tol_rel, &what)
+}
+
+/// `op` on the GPU engine.
+fn check_gpu(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String> {
+    check(&mut pair(), op, &a, &b, in_place, gpu_tolerance(op))
+}
+
+/// `op` on the CPU engine, every SIMD path.
+fn check_cpu(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, op, &a, &b, in_place, cpu_tolerance(op)))
 }
 
 fn values(n: usize) -> impl Strategy<Value = Vec<f32>> {
@@ -66,45 +101,100 @@ proptest! {
     #[test]
     fn add_matches_the_reference((a, b, in_place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(Op::Add, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Add, a, b, in_place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
     fn mul_matches_the_reference((a, b, in_place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(Op::Mul, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Mul, a, b, in_place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
     fn silu_matches_the_reference((a, b, in_place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(Op::Silu, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Silu, a, b, in_place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
     fn relu2_matches_the_reference((a, b, in_place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(Op::Relu2, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Relu2, a, b, in_place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
     fn gelu_matches_the_reference((a, b, in_place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(Op::Gelu, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Gelu, a, b, in_place).map_err(TestCaseError::fail)?;
     }
 }
 
-#[test]
-fn residual_add_of_a_tensor_to_itself() {
-    if gpu_tests_skipped() {
-        return;
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cpu_add_matches_the_reference((a, b, in_place) in case()) {
+        check_cpu(Op::Add, a, b, in_place).map_err(TestCaseError::fail)?;
     }
+
+    #[test]
+    fn cpu_mul_matches_the_reference((a, b, in_place) in case()) {
+        check_cpu(Op::Mul, a, b, in_place).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_silu_matches_the_reference((a, b, in_place) in case()) {
+        check_cpu(Op::Silu, a, b, in_place).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_relu2_matches_the_reference((a, b, in_place) in case()) {
+        check_cpu(Op::Relu2, a, b, in_place).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_gelu_matches_the_reference((a, b, in_place) in case()) {
+        check_cpu(Op::Gelu, a, b, in_place).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// `a + a` into `a` itself, on both engines of `pair`.
+fn residual_add_of_a_tensor_to_itself<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
     let v: Vec<f32> = (0..257).map(|i| i as f32 * 0.37 - 20.0).collect();
     let inputs = [("a", input(257, v.clone()))];
-    let (gpu, reference) = pair().run(&inputs, &[], |b, _, ids| {
+    let (got, reference) = pair.run(&inputs, &[], |b, _, ids| {
         b.add(ids[0], ids[0], ids[0])?;
         Ok(vec![ids[0]])
     });
-    assert_eq!(f32s(&gpu[0]), f32s(&reference[0]));
-    assert_eq!(f32s(&gpu[0])[256], v[256] * 2.0);
+    let (got, want) = (f32s(&got[0]), f32s(&reference[0]));
+    if got != want || got[256] != v[256] * 2.0 {
+        return Err(format!("{} engine: a + a in place: got {got:?}, expected {want:?}", pair.engine.name()));
+    }
+    Ok(())
+}
+
+#[test]
+fn residual_add_of_a_tensor_to_itself_on_the_gpu() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    residual_add_of_a_tensor_to_itself(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn residual_add_of_a_tensor_to_itself_on_the_cpu() {
+    on_cpu_levels(residual_add_of_a_tensor_to_itself).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn cpu_silu_and_gelu_over_a_dense_grid_and_special_values() {
+    // Every 1/64 in [−100, 100] (the fast e^x's range edges at −87 and 88 included), and
+    // the values no random case draws: ±0, subnormals, infinities, NaN, the extremes.
+    let mut x: Vec<f32> = (-6400..=6400).map(|i| i as f32 / 64.0).collect();
+    x.extend([0.0, -0.0, 1e-40, -1e-40, f32::MIN_POSITIVE, f32::MAX, f32::MIN, f32::INFINITY, f32::NEG_INFINITY]);
+    x.extend([f32::NAN, -87.5, -87.0, -86.99, 87.99, 88.0, 88.5, -104.0, -150.0]);
+    let zeros = vec![0.0; x.len()];
+    for op in [Op::Silu, Op::Gelu, Op::Relu2] {
+        check_cpu(op, x.clone(), zeros.clone(), false).unwrap_or_else(|e| panic!("{e}"));
+    }
 }

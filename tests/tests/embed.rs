@@ -1,11 +1,12 @@
-//! EMBED: GPU engine vs reference engine for tables of every dtype the ISA allows (F32, F16,
-//! BF16, Q4_0, Q4_1, Q8_0, TQ1_0, TQ2_0, I2_S) over random shapes, random table bytes and
-//! random ids (repeats included).
+//! EMBED: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the
+//! reference engine for tables of every dtype the ISA allows (F32, F16, BF16, Q4_0, Q4_1,
+//! Q8_0, TQ1_0, TQ2_0, I2_S) over random shapes, random table bytes and random ids (repeats
+//! included).
 //!
 //! Exact: every decoded value is an integer code times a scale widened from f16 (or I2_S's
-//! f32 scale), a product exact in f32, plus Q4_1's minimum (one rounding, the same on both
-//! engines); F32 and BF16 are bit copies. So the GPU must give the reference's bits; the only
-//! freedom is a NaN's payload (a NaN scale or a NaN element stays NaN, any NaN).
+//! f32 scale), a product exact in f32, plus Q4_1's minimum (one rounding, the same on every
+//! engine); F32 and BF16 are bit copies. So the engines must give the reference's bits; the
+//! only freedom is a NaN's payload (a NaN scale or a NaN element stays NaN, any NaN).
 //!
 //! The table bytes are random, so scales and F16/F32/BF16 elements include subnormals,
 //! infinities and NaN; ternary codes include the 2-bit code 3 and TQ1_0 bytes 243..=255 that
@@ -13,13 +14,14 @@
 //! GPU that flushes f32 subnormals may flush `code · scale` for a subnormal scale (no
 //! converter writes one; the f16 scales of the other types widen to normal f32s).
 //!
-//! Ids past the vocabulary are a run-time error on the reference engine; the GPU kernel
-//! writes zeros for them (the host validates ids), checked here on the GPU alone.
+//! Ids past the vocabulary are a run-time error on the reference engine, and the same error
+//! on the CPU engine; the GPU kernel writes zeros for them (the host validates ids), checked
+//! here on the GPU alone.
 
 use proptest::prelude::*;
-use purebee_isa::{DType, Engine, ProgramBuilder};
+use purebee_isa::{DType, Engine, ExecError, ProgramBuilder};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{f32s, gpu_tests_skipped, pair};
+use purebee_tests::differential::{cpu_levels, cpu_pair, f32s, gpu_tests_skipped, on_cpu_levels, pair, Pair};
 
 /// The table dtypes EMBED takes.
 const DTYPES: [DType; 9] = [
@@ -71,18 +73,29 @@ fn ids_tensor(ids: &[u32]) -> HostTensor {
     HostTensor::from_u32("ids", Shape::vector(ids.len()), ids.to_vec()).expect("ids")
 }
 
-/// Runs EMBED on both engines and requires bit-equal outputs.
-fn check(table: HostTensor, ids: Vec<u32>) -> Result<(), String> {
+/// Runs EMBED on both engines of `pair` and requires bit-equal outputs.
+fn check<E: Engine>(pair: &mut Pair<E>, table: &HostTensor, ids: &[u32]) -> Result<(), String> {
     let (dtype, vocab, cols) = (table.dtype(), table.shape().rows(), table.shape().cols());
     let n = ids.len();
-    let inputs = [("table", table), ("ids", ids_tensor(&ids))];
-    let (gpu, reference) = pair().run(&inputs, &[], |b: &mut ProgramBuilder, name, t| {
+    let inputs = [("table", table.clone()), ("ids", ids_tensor(ids))];
+    let (got, reference) = pair.run(&inputs, &[], |b: &mut ProgramBuilder, name, t| {
         let out = b.alloc(&name("out"), DType::F32, &[n, cols])?;
         b.embed(out, t[0], t[1])?;
         Ok(vec![out])
     });
-    let what = format!("EMBED {} table [{vocab}, {cols}], {n} ids {ids:?}", dtype.name());
-    assert_bits_equal(&f32s(&gpu[0]), &f32s(&reference[0]), cols, &what)
+    let what =
+        format!("{} engine: EMBED {} table [{vocab}, {cols}], {n} ids {ids:?}", pair.engine.name(), dtype.name());
+    assert_bits_equal(&f32s(&got[0]), &f32s(&reference[0]), cols, &what)
+}
+
+/// EMBED on the GPU engine.
+fn check_gpu(table: HostTensor, ids: Vec<u32>) -> Result<(), String> {
+    check(&mut pair(), &table, &ids)
+}
+
+/// EMBED on the CPU engine, every SIMD path.
+fn check_cpu(table: HostTensor, ids: Vec<u32>) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, &table, &ids))
 }
 
 /// Row lengths for a dtype: any length for the plain types, whole blocks otherwise.
@@ -122,7 +135,15 @@ proptest! {
     #[test]
     fn embed_matches_the_reference_bit_for_bit((dtype, vocab, cols, bytes, scale, ids) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(table(dtype, vocab, cols, bytes, scale), ids).map_err(TestCaseError::fail)?;
+        check_gpu(table(dtype, vocab, cols, bytes, scale), ids).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn cpu_embed_matches_the_reference_bit_for_bit((dtype, vocab, cols, bytes, scale, ids) in case()) {
+        check_cpu(table(dtype, vocab, cols, bytes, scale), ids).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -132,56 +153,74 @@ fn pseudo_random_bytes(n: usize, seed: u64) -> Vec<u8> {
     (0..n).map(|_| rng.byte()).collect()
 }
 
-#[test]
-fn every_dtype_at_a_fixed_shape() {
-    if gpu_tests_skipped() {
-        return;
-    }
-    // Every dtype at least once, whatever proptest draws: 5 rows of 768 (a multiple of every
-    // block length), every row gathered, the last twice.
+/// Every dtype at least once, whatever proptest draws: 5 rows of 768 (a multiple of every
+/// block length), every row gathered, the last twice.
+fn every_dtype_at_a_fixed_shape<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
     for (k, dtype) in DTYPES.into_iter().enumerate() {
         let (vocab, cols) = (5, 768);
         let bytes = pseudo_random_bytes(dtype.tensor_bytes(vocab, cols).expect("whole blocks"), k as u64);
-        check(table(dtype, vocab, cols, bytes, -0.0625), vec![4, 0, 1, 2, 3, 4]).unwrap_or_else(|e| panic!("{e}"));
+        check(pair, &table(dtype, vocab, cols, bytes, -0.0625), &[4, 0, 1, 2, 3, 4])?;
     }
+    Ok(())
 }
 
 #[test]
-fn rows_far_into_a_long_table() {
+fn every_dtype_at_a_fixed_shape_on_the_gpu() {
     if gpu_tests_skipped() {
         return;
     }
-    // Offsets of millions of bytes (id · row_bytes) and the I2_S trailer after 70000 rows.
+    every_dtype_at_a_fixed_shape(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn every_dtype_at_a_fixed_shape_on_the_cpu() {
+    on_cpu_levels(every_dtype_at_a_fixed_shape).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Offsets of millions of bytes (id · row_bytes) and the I2_S trailer after 70000 rows.
+fn rows_far_into_a_long_table<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
     for (k, dtype) in [DType::F16, DType::Q8_0, DType::I2_S, DType::TQ1_0].into_iter().enumerate() {
         let cols = if dtype.block_len() == 256 { 256 } else { 128 };
         let vocab = 70_000;
         let bytes = pseudo_random_bytes(dtype.tensor_bytes(vocab, cols).expect("whole blocks"), 100 + k as u64);
-        check(table(dtype, vocab, cols, bytes, 1.5), vec![69_999, 0, 65_536, 12_345]).unwrap_or_else(|e| panic!("{e}"));
+        check(pair, &table(dtype, vocab, cols, bytes, 1.5), &[69_999, 0, 65_536, 12_345])?;
     }
+    Ok(())
 }
 
-/// Runs EMBED on the GPU engine alone (the reference engine rejects ids past the
-/// vocabulary) and returns the output.
-fn embed_on_gpu(table: HostTensor, ids: &[u32]) -> Vec<f32> {
+#[test]
+fn rows_far_into_a_long_table_on_the_gpu() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    rows_far_into_a_long_table(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn rows_far_into_a_long_table_on_the_cpu() {
+    on_cpu_levels(rows_far_into_a_long_table).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Runs EMBED on `engine` alone (the reference engine rejects ids past the vocabulary,
+/// which `Pair::run` would take for a failure) and returns the output or the error.
+/// `tag` keeps the names unique (registry names stay taken after FREE).
+fn embed_on(engine: &mut impl Engine, tag: &str, table: HostTensor, ids: &[u32]) -> Result<Vec<f32>, ExecError> {
     let cols = table.shape().cols();
     let dtype = table.dtype().name();
-    let name = |n: &str| format!("oob.{dtype}.{n}"); // registry names stay taken after FREE
-    let mut guard = pair();
-    let gpu = &mut guard.gpu;
-    let t = gpu.memory_mut().insert(&name("table"), table).expect("insert");
-    let i = gpu.memory_mut().insert(&name("ids"), ids_tensor(ids)).expect("insert");
-    let mut b = ProgramBuilder::new(&name("embed"), gpu.memory_mut());
+    let name = |n: &str| format!("{tag}.{dtype}.{n}");
+    let t = engine.memory_mut().insert(&name("table"), table).expect("insert");
+    let i = engine.memory_mut().insert(&name("ids"), ids_tensor(ids)).expect("insert");
+    let mut b = ProgramBuilder::new(&name("embed"), engine.memory_mut());
     let out = b.alloc(&name("out"), DType::F32, &[ids.len(), cols]).expect("alloc");
     b.embed(out, t, i).expect("embed");
     let program = b.finish();
-    gpu.execute(&program, &[]).expect("execute");
-    let got = f32s(&gpu.read(out).expect("read"));
-    let mut b = ProgramBuilder::new(&name("free"), gpu.memory_mut());
+    let got = engine.execute(&program, &[]).and_then(|()| engine.read(out)).map(|bytes| f32s(&bytes));
+    let mut b = ProgramBuilder::new(&name("free"), engine.memory_mut());
     for id in [t, i, out] {
         b.free(id).expect("free");
     }
     let free = b.finish();
-    gpu.execute(&free, &[]).expect("free");
+    engine.execute(&free, &[]).expect("free");
     got
 }
 
@@ -203,7 +242,7 @@ fn ids_past_the_vocabulary_give_zero_rows_on_the_gpu() {
         bytes[vocab * cols / 4..].fill(0xaa); // I2_S trailer padding: read as codes, 2 (+1)
         let tbl = table(dtype, vocab, cols, bytes, 1.5);
         let want = purebee_memory::quant::dequantize(&tbl).expect("decodes");
-        let got = embed_on_gpu(tbl, &ids);
+        let got = embed_on(&mut pair().engine, "oob", tbl, &ids).unwrap_or_else(|e| panic!("{}: {e}", dtype.name()));
         for (r, &id) in ids.iter().enumerate() {
             let row = &got[r * cols..(r + 1) * cols];
             if (id as usize) < vocab {
@@ -216,6 +255,32 @@ fn ids_past_the_vocabulary_give_zero_rows_on_the_gpu() {
                     dtype.name()
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn ids_past_the_vocabulary_fail_on_the_cpu_as_on_the_reference() {
+    // The CPU engine returns the reference engine's error (naming the ids tensor, the row,
+    // the id and the vocabulary), whatever the table's dtype; ids in range then still work.
+    let (vocab, cols) = (3, 256);
+    for level in cpu_levels() {
+        let Some(mut p) = cpu_pair(level) else { continue };
+        for (k, dtype) in DTYPES.into_iter().enumerate() {
+            let bytes = pseudo_random_bytes(dtype.tensor_bytes(vocab, cols).expect("whole blocks"), 30 + k as u64);
+            let tbl = table(dtype, vocab, cols, bytes, 1.5);
+            for (j, ids) in [vec![2u32, 3], vec![u32::MAX], vec![0, 1, 1_000_000]].into_iter().enumerate() {
+                let tag = format!("oob{j}");
+                let got = embed_on(&mut p.engine, &tag, tbl.clone(), &ids);
+                let want = embed_on(&mut p.reference, &tag, tbl.clone(), &ids);
+                assert!(
+                    matches!(want, Err(ExecError::TokenOutOfRange { .. })),
+                    "{} ids {ids:?}: the reference gave {want:?}",
+                    dtype.name()
+                );
+                assert_eq!(got, want, "cpu engine, {level} kernels: {} ids {ids:?}", dtype.name());
+            }
+            check(&mut p, &tbl, &[2, 0, 1]).unwrap_or_else(|e| panic!("cpu engine, {level} kernels: {e}"));
         }
     }
 }

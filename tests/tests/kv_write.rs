@@ -1,4 +1,5 @@
-//! KV_WRITE: GPU engine vs reference engine, bit for bit.
+//! KV_WRITE: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the
+//! reference engine, bit for bit.
 //!
 //! KV_WRITE is a copy, so the caches must agree exactly, bit for bit: the data are random
 //! 32-bit patterns (NaNs with payloads, infinities, subnormals included), and the whole cache
@@ -9,7 +10,7 @@
 use proptest::prelude::*;
 use purebee_isa::{Engine, ExecError, ParamValue, ProgramBuilder, U32Arg};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{gpu_tests_skipped, pair, u32s};
+use purebee_tests::differential::{cpu_levels, cpu_pair, gpu_tests_skipped, on_cpu_levels, pair, u32s, Pair};
 
 fn matrix(rows: usize, cols: usize, bits: Vec<u32>) -> HostTensor {
     let values = bits.into_iter().map(f32::from_bits).collect();
@@ -17,21 +18,34 @@ fn matrix(rows: usize, cols: usize, bits: Vec<u32>) -> HostTensor {
 }
 
 /// Writes `src` (`[n, w]`) into a `[n_ctx, w]` cache holding `init`, once per position of
-/// `positions`, with one compiled program; compares the caches bit for bit after each run.
-fn check(n: usize, w: usize, n_ctx: usize, src: Vec<u32>, init: Vec<u32>, positions: &[u32]) -> Result<(), String> {
-    let inputs = [("src", matrix(n, w, src)), ("cache", matrix(n_ctx, w, init))];
+/// `positions`, with one compiled program on both engines of `pair`; compares the caches
+/// bit for bit after each run.
+fn check<E: Engine>(
+    pair: &mut Pair<E>,
+    n: usize,
+    w: usize,
+    n_ctx: usize,
+    src: &[u32],
+    init: &[u32],
+    positions: &[u32],
+) -> Result<(), String> {
+    let inputs = [("src", matrix(n, w, src.to_vec())), ("cache", matrix(n_ctx, w, init.to_vec()))];
     let runs: Vec<Vec<ParamValue>> = positions.iter().map(|&p| vec![ParamValue::U32(p)]).collect();
-    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, _, ids| {
+    let results = pair.run_each(&inputs, &runs, |b: &mut ProgramBuilder, _, ids| {
         let pos = b.param_u32("pos")?;
         b.kv_write(ids[1], ids[0], pos)?;
         Ok(vec![ids[1]])
     });
-    for (run, (gpu, reference)) in results.iter().enumerate() {
-        let (got, want) = (u32s(&gpu[0]), u32s(&reference[0]));
+    for (run, (got, reference)) in results.iter().enumerate() {
+        let (got, want) = (u32s(&got[0]), u32s(&reference[0]));
+        if got.len() != want.len() {
+            return Err(format!("{} engine: {} words, expected {}", pair.engine.name(), got.len(), want.len()));
+        }
         if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
             return Err(format!(
-                "n={n} w={w} n_ctx={n_ctx} run {run} (pos {}): index {i} (row {}, col {}): got {:#010x}, expected \
-                 {:#010x}, difference {:e}",
+                "{} engine: n={n} w={w} n_ctx={n_ctx} run {run} (pos {}): index {i} (row {}, col {}): got {:#010x}, \
+                 expected {:#010x}, difference {:e}",
+                pair.engine.name(),
                 positions[run],
                 i / w,
                 i % w,
@@ -65,7 +79,15 @@ proptest! {
     #[test]
     fn kv_write_matches_the_reference_bit_for_bit((n, w, n_ctx, src, init, positions) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(n, w, n_ctx, src, init, &positions).map_err(TestCaseError::fail)?;
+        check(&mut pair(), n, w, n_ctx, &src, &init, &positions).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+    #[test]
+    fn cpu_kv_write_matches_the_reference_bit_for_bit((n, w, n_ctx, src, init, positions) in case()) {
+        on_cpu_levels(|p| check(p, n, w, n_ctx, &src, &init, &positions)).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -75,14 +97,28 @@ fn bits(len: usize, seed: u64) -> Vec<u32> {
     (0..len).map(|_| rng.bits32()).collect()
 }
 
+/// 5 kv heads of 128: 640 floats per row, 4096 rows.
+fn decode_row_of_the_2b_model<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
+    let (n, w, n_ctx) = (1, 640, 4096);
+    check(pair, n, w, n_ctx, &bits(n * w, 1), &bits(n_ctx * w, 2), &[0, 4095, 2048])
+}
+
 #[test]
 fn decode_row_of_the_2b_model_at_the_first_and_last_positions() {
     if gpu_tests_skipped() {
         return;
     }
-    // 5 kv heads of 128: 640 floats per row, 4096 rows.
-    let (n, w, n_ctx) = (1, 640, 4096);
-    check(n, w, n_ctx, bits(n * w, 1), bits(n_ctx * w, 2), &[0, 4095, 2048]).unwrap_or_else(|e| panic!("{e}"));
+    decode_row_of_the_2b_model(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn decode_row_of_the_2b_model_at_the_first_and_last_positions_on_the_cpu() {
+    on_cpu_levels(decode_row_of_the_2b_model).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn prefill_of_512_rows<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
+    let (n, w, n_ctx) = (512, 192, 1024);
+    check(pair, n, w, n_ctx, &bits(n * w, 3), &bits(n_ctx * w, 4), &[512, 0, 100])
 }
 
 #[test]
@@ -90,8 +126,46 @@ fn prefill_of_512_rows_at_the_end_of_the_cache() {
     if gpu_tests_skipped() {
         return;
     }
-    let (n, w, n_ctx) = (512, 192, 1024);
-    check(n, w, n_ctx, bits(n * w, 3), bits(n_ctx * w, 4), &[512, 0, 100]).unwrap_or_else(|e| panic!("{e}"));
+    prefill_of_512_rows(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn prefill_of_512_rows_at_the_end_of_the_cache_on_the_cpu() {
+    on_cpu_levels(prefill_of_512_rows).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Runs a KV_WRITE of 2 rows into an 8-row cache at positions 7, 8 and u32::MAX (a run-time
+/// parameter) and at 7 (a constant) on `e`, checks that each is a context overflow that
+/// leaves the cache as it was, then writes at 6. Returns the errors, in order.
+fn a_write_past_the_cache(e: &mut impl Engine) -> Vec<ExecError> {
+    let init = bits(8 * 3, 5);
+    let src = e.memory_mut().insert("overflow.src", matrix(2, 3, bits(6, 6))).expect("unique");
+    let cache = e.memory_mut().insert("overflow.cache", matrix(8, 3, init.clone())).expect("unique");
+    let mut b = ProgramBuilder::new("overflow", e.memory_mut());
+    let pos = b.param_u32("pos").expect("param");
+    b.kv_write(cache, src, pos).expect("valid");
+    let program = b.finish();
+    let mut errors = Vec::new();
+    for p in [7, 8, u32::MAX] {
+        match e.execute(&program, &[ParamValue::U32(p)]) {
+            Err(err @ ExecError::ContextOverflow { .. }) => errors.push(err),
+            other => panic!("{}: pos {p}: expected a context overflow, got {other:?}", e.name()),
+        }
+    }
+    // A constant position is checked the same way.
+    let mut b = ProgramBuilder::new("overflow-const", e.memory_mut());
+    b.kv_write(cache, src, U32Arg::Const(7)).expect("valid");
+    let constant = b.finish();
+    match e.execute(&constant, &[]) {
+        Err(err @ ExecError::ContextOverflow { .. }) => errors.push(err),
+        other => panic!("{}: constant pos 7: expected a context overflow, got {other:?}", e.name()),
+    }
+    assert_eq!(u32s(&e.read(cache).expect("read")), init, "{}: the cache changed", e.name());
+    e.execute(&program, &[ParamValue::U32(6)]).expect("pos 6 fits");
+    let after = u32s(&e.read(cache).expect("read"));
+    assert_eq!(after[..18], init[..18], "{}", e.name());
+    assert_eq!(after[18..], bits(6, 6)[..], "{}", e.name());
+    errors
 }
 
 #[test]
@@ -99,29 +173,16 @@ fn a_write_past_the_cache_is_refused_and_changes_nothing() {
     if gpu_tests_skipped() {
         return;
     }
-    let mut pair = pair();
-    let gpu = &mut pair.gpu;
-    let init = bits(8 * 3, 5);
-    let src = gpu.memory_mut().insert("overflow.src", matrix(2, 3, bits(6, 6))).expect("unique");
-    let cache = gpu.memory_mut().insert("overflow.cache", matrix(8, 3, init.clone())).expect("unique");
-    let mut b = ProgramBuilder::new("overflow", gpu.memory_mut());
-    let pos = b.param_u32("pos").expect("param");
-    b.kv_write(cache, src, pos).expect("valid");
-    let program = b.finish();
-    for p in [7, 8, u32::MAX] {
-        match gpu.execute(&program, &[ParamValue::U32(p)]) {
-            Err(ExecError::ContextOverflow { .. }) => {}
-            other => panic!("pos {p}: expected a context overflow, got {other:?}"),
-        }
+    a_write_past_the_cache(&mut pair().engine);
+}
+
+#[test]
+fn a_write_past_the_cache_is_refused_and_changes_nothing_on_the_cpu() {
+    // The same errors as the reference engine's, value for value.
+    for level in cpu_levels() {
+        let Some(mut p) = cpu_pair(level) else { continue };
+        let got = a_write_past_the_cache(&mut p.engine);
+        let want = a_write_past_the_cache(&mut p.reference);
+        assert_eq!(got, want, "cpu engine, {level} kernels");
     }
-    // A constant position is checked the same way.
-    let mut b = ProgramBuilder::new("overflow-const", gpu.memory_mut());
-    b.kv_write(cache, src, U32Arg::Const(7)).expect("valid");
-    let constant = b.finish();
-    assert!(matches!(gpu.execute(&constant, &[]), Err(ExecError::ContextOverflow { .. })));
-    assert_eq!(u32s(&gpu.read(cache).expect("read")), init, "the cache changed");
-    gpu.execute(&program, &[ParamValue::U32(6)]).expect("pos 6 fits");
-    let after = u32s(&gpu.read(cache).expect("read"));
-    assert_eq!(after[..18], init[..18]);
-    assert_eq!(after[18..], bits(6, 6)[..]);
 }

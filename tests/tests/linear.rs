@@ -1,6 +1,7 @@
-//! LINEAR: GPU engine vs reference engine, every weight dtype (F32, F16, BF16, Q4_0, Q4_1,
-//! Q8_0, TQ1_0, TQ2_0, I2_S), both kernels (`gemv` for one token, `tiled` for more) and both
-//! reduction paths (subgroups, and the portable engine of `portable_pair`), over random
+//! LINEAR: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the
+//! reference engine, every weight dtype (F32, F16, BF16, Q4_0, Q4_1, Q8_0, TQ1_0, TQ2_0,
+//! I2_S); on the GPU both kernels (`gemv` for one token, `tiled` for more) and both
+//! reduction paths (subgroups, and the portable engine of `portable_pair`); over random
 //! shapes (row counts, token counts and plain-dtype row lengths that are not multiples of
 //! 8, 32, 64 or 256; one token; over 65535 rows) and random data.
 //!
@@ -16,12 +17,15 @@
 //! computed per output from the data (the extra 2 in γ covers the f64 sum's error, about
 //! k·2⁻⁵³·Σ|x·w|). Integer-valued data whose every partial sum is below 2²⁴ is summed exactly
 //! in any order, so `integer_data_is_exact` compares exactly.
+//!
+//! The CPU engine is held to the same bound: it decodes weights exactly too (and converts
+//! nothing but the f16/bf16 widening) and sums the k products in f32 in its own order.
 
 use proptest::prelude::*;
-use purebee_isa::DType;
+use purebee_isa::{DType, Engine};
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{f32s, gpu_tests_skipped, pair, portable_pair, Pair};
+use purebee_tests::differential::{f32s, gpu_tests_skipped, on_cpu_levels, pair, portable_pair, Pair};
 use purebee_tests::rng::SplitMix64;
 
 /// The weight dtypes LINEAR takes on the GPU.
@@ -150,7 +154,15 @@ fn activations(n: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<f32>
 
 /// One LINEAR on both engines of `pair`; checks every output against the tolerance above
 /// (or exactly for `Data::Integer`).
-fn check(pair: &mut Pair, dtype: DType, n: usize, m: usize, k: usize, seed: u64, data: Data) -> Result<(), String> {
+fn check<E: Engine>(
+    pair: &mut Pair<E>,
+    dtype: DType,
+    n: usize,
+    m: usize,
+    k: usize,
+    seed: u64,
+    data: Data,
+) -> Result<(), String> {
     let mut rng = SplitMix64(seed);
     let wbytes = weight_bytes(dtype, m, k, &mut rng, data);
     let x = activations(n, k, &mut rng, data);
@@ -159,13 +171,13 @@ fn check(pair: &mut Pair, dtype: DType, n: usize, m: usize, k: usize, seed: u64,
         ("x", HostTensor::from_f32("x", shape(n, k), x.clone()).expect("sizes agree")),
         ("w", HostTensor::from_bytes("w", dtype, shape(m, k), &wbytes).expect("sizes agree")),
     ];
-    let (gpu, reference) = pair.run(&inputs, &[], |b, name, ids| {
+    let (got, reference) = pair.run(&inputs, &[], |b, name, ids| {
         let out = b.alloc(&name("out"), DType::F32, &[n, m])?;
         b.linear(out, ids[0], ids[1])?;
         Ok(vec![out])
     });
-    let (got, want) = (f32s(&gpu[0]), f32s(&reference[0]));
-    let what = format!("LINEAR {dtype} n={n} m={m} k={k} seed={seed} {data:?} subgroups={}", subgroups(pair));
+    let (got, want) = (f32s(&got[0]), f32s(&reference[0]));
+    let what = format!("{} engine: LINEAR {dtype} n={n} m={m} k={k} seed={seed} {data:?}", pair.engine.name());
     if got.len() != want.len() {
         return Err(format!("{what}: {} outputs, expected {}", got.len(), want.len()));
     }
@@ -199,7 +211,7 @@ fn check(pair: &mut Pair, dtype: DType, n: usize, m: usize, k: usize, seed: u64,
 }
 
 fn subgroups(pair: &Pair) -> bool {
-    pair.gpu.context().capabilities().subgroups
+    pair.engine.context().capabilities().subgroups
 }
 
 /// Row lengths: any for plain dtypes, whole blocks for the others; one case in four longer
@@ -229,12 +241,16 @@ fn case() -> impl Strategy<Value = (DType, usize, usize, usize, u64, bool)> {
     })
 }
 
+/// The case on the GPU engine, subgroups or portable.
 fn run_case(dtype: DType, n: usize, m: usize, k: usize, seed: u64, portable: bool, data: Data) -> Result<(), String> {
-    if portable {
-        check(&mut portable_pair(), dtype, n, m, k, seed, data)
-    } else {
-        check(&mut pair(), dtype, n, m, k, seed, data)
-    }
+    let mut pair = if portable { portable_pair() } else { pair() };
+    let subgroups = subgroups(&pair);
+    check(&mut pair, dtype, n, m, k, seed, data).map_err(|e| format!("subgroups={subgroups}: {e}"))
+}
+
+/// The case on the CPU engine, every SIMD path.
+fn run_cpu_case(dtype: DType, n: usize, m: usize, k: usize, seed: u64, data: Data) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, dtype, n, m, k, seed, data))
 }
 
 proptest! {
@@ -253,6 +269,21 @@ proptest! {
     }
 }
 
+// The same cases on the CPU engine (the GPU's `portable` flag is not used).
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cpu_linear_matches_the_reference((dtype, n, m, k, seed, _portable) in case()) {
+        run_cpu_case(dtype, n, m, k, seed, Data::Random).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_integer_data_is_exact((dtype, n, m, k, seed, _portable) in case()) {
+        run_cpu_case(dtype, n, m, k, seed, Data::Integer).map_err(TestCaseError::fail)?;
+    }
+}
+
 #[test]
 fn every_dtype_and_kernel_on_both_reduction_paths() {
     if gpu_tests_skipped() {
@@ -265,6 +296,18 @@ fn every_dtype_and_kernel_on_both_reduction_paths() {
                 for data in [Data::Random, Data::Integer] {
                     run_case(dtype, n, 67, k, 42 + n as u64, portable, data).unwrap_or_else(|e| panic!("{e}"));
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_dtype_and_kernel_on_the_cpu() {
+    for dtype in DTYPES {
+        let short_k = dtype.block_len().max(8) * 3;
+        for (n, k) in [(1, short_k), (1, long_k(dtype)), (33, short_k)] {
+            for data in [Data::Random, Data::Integer] {
+                run_cpu_case(dtype, n, 67, k, 42 + n as u64, data).unwrap_or_else(|e| panic!("{e}"));
             }
         }
     }
@@ -294,12 +337,24 @@ fn lm_head_shape_with_more_rows_than_one_grid_dimension() {
 }
 
 #[test]
+fn lm_head_shape_with_many_rows_on_the_cpu() {
+    run_cpu_case(DType::F16, 1, 65_537, 24, 7, Data::Random).unwrap_or_else(|e| panic!("{e}"));
+    run_cpu_case(DType::Q8_0, 2, 65_600, 32, 8, Data::Random).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
 fn a_long_prompt_of_512_tokens() {
     if gpu_tests_skipped() {
         return;
     }
     run_case(DType::F16, 512, 70, 64, 9, false, Data::Random).unwrap_or_else(|e| panic!("{e}"));
     run_case(DType::Q4_1, 512, 3, 96, 10, false, Data::Random).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_long_prompt_of_512_tokens_on_the_cpu() {
+    run_cpu_case(DType::F16, 512, 70, 64, 9, Data::Random).unwrap_or_else(|e| panic!("{e}"));
+    run_cpu_case(DType::Q4_1, 512, 3, 96, 10, Data::Random).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -313,7 +368,7 @@ fn rows_of_zero_length_sum_to_zero() {
     let mut p = pair();
     for dtype in [DType::F32, DType::Q8_0, DType::TQ2_0, DType::I2_S] {
         for n in [1, 3] {
-            let gpu = &mut p.gpu;
+            let gpu = &mut p.engine;
             let tag = format!("k0_{dtype}_{n}");
             let w = weight_bytes(dtype, 5, 0, &mut SplitMix64(1), Data::Random);
             let x = gpu.memory_mut().insert(

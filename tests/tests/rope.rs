@@ -1,4 +1,5 @@
-//! ROPE: GPU engine vs reference engine over random shapes (head dims odd or even, rot_dim
+//! ROPE: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the reference
+//! engine over random shapes (head dims odd or even, rot_dim
 //! below head_dim, row counts and widths that are not multiples of the 256-thread
 //! workgroup), both pairings, in place and not, with position and base as run-time
 //! parameters or constants; one compiled program runs at several positions up to 4600
@@ -12,12 +13,16 @@
 //! own rounding of its f64 result. |θ| comes from the reference's f64 angle. At position
 //! 4600 with θ_0 = 4600 this allows 3e-3·(|a| + |b|): the precision f32 has for such an
 //! angle, no more (its spacing there is 4.9e-4). Elements past rot_dim are copies: exact.
+//!
+//! The CPU engine computes the angle, its sine and cosine and the rotation in f64 exactly as
+//! the reference does and rounds once, so on the CPU every element must be bit for bit the
+//! reference's.
 
 use proptest::prelude::*;
 use purebee_isa::ops::{Rope, RopeStyle};
-use purebee_isa::{DType, F32Arg, ParamValue, ProgramBuilder, U32Arg};
+use purebee_isa::{DType, Engine, F32Arg, ParamValue, ProgramBuilder, U32Arg};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{f32s, gpu_tests_skipped, pair};
+use purebee_tests::differential::{f32s, gpu_tests_skipped, on_cpu_levels, pair, Pair};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
@@ -64,10 +69,22 @@ fn pair_of(style: RopeStyle, rot_dim: usize, i: usize) -> (usize, usize) {
     }
 }
 
+/// What the engine under test is held to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// The bound of the module docs for rotated elements (the GPU engine).
+    Bound,
+    /// The reference's bits for every element (the CPU engine).
+    Exact,
+}
+
 /// Compares one run's output with the reference's, element by element, within the bound
-/// the module documents.
-fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32]) -> Result<(), String> {
+/// the module documents (or exactly).
+fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32], expect: Expect) -> Result<(), String> {
     let width = c.n_heads * c.head_dim;
+    if got.len() != want.len() {
+        return Err(format!("{}: {} values, expected {}", c.shape(), got.len(), want.len()));
+    }
     for r in 0..c.rows {
         let p = pos as f64 + r as f64;
         for h in 0..c.n_heads {
@@ -79,14 +96,21 @@ fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32]) -> Result<(), String> 
                 for e in [head + a, head + b] {
                     let (g, w) = (got[e] as f64, want[e] as f64);
                     let bound = (xa.abs() + xb.abs()) * (11.0 * U * theta.abs() + 6.0 * U) + U * w.abs();
-                    // Written so that a NaN fails.
-                    let within = (g - w).abs() <= bound;
+                    let within = match expect {
+                        // Written so that a NaN fails.
+                        Expect::Bound => (g - w).abs() <= bound,
+                        Expect::Exact => got[e].to_bits() == want[e].to_bits(),
+                    };
                     if !within {
                         return Err(format!(
                             "{} at pos {pos}: index {e} (row {r}, head {h}, pair {i}, θ = {theta}): got {g}, \
-                             expected {w}, difference {:e}, bound {bound:e}",
+                             expected {w}, difference {:e}, bound {}",
                             c.shape(),
-                            (g - w).abs()
+                            (g - w).abs(),
+                            match expect {
+                                Expect::Bound => format!("{bound:e}"),
+                                Expect::Exact => "0 (bit for bit)".into(),
+                            }
                         ));
                     }
                 }
@@ -109,8 +133,9 @@ fn compare(c: &Case, pos: u32, got: &[f32], want: &[f32]) -> Result<(), String> 
     Ok(())
 }
 
-/// Runs the case's program once per position on both engines and compares each run.
-fn check(c: &Case) -> Result<(), String> {
+/// Runs the case's program once per position on both engines of `pair` and compares each
+/// run.
+fn check<E: Engine>(pair: &mut Pair<E>, c: &Case, expect: Expect) -> Result<(), String> {
     let width = c.n_heads * c.head_dim;
     let shape = Shape::matrix(c.rows, width).expect("shape");
     let x = HostTensor::from_f32("x", shape.clone(), c.x.clone()).expect("sizes agree");
@@ -130,7 +155,7 @@ fn check(c: &Case) -> Result<(), String> {
         })
         .collect();
     let inputs = [("x", x), ("zeros", zeros)];
-    let results = pair().run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
+    let results = pair.run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
         let pos = if c.pos_param { b.param_u32("pos")? } else { U32Arg::Const(c.positions[0]) };
         let base = if c.base_param { b.param_f32("base")? } else { F32Arg::Const(c.base) };
         // In place, each run first copies x into `out` (adding exact zeros), so that every
@@ -145,10 +170,21 @@ fn check(c: &Case) -> Result<(), String> {
         b.rope(Rope { out, x, head_dim: c.head_dim as u32, rot_dim: c.rot_dim as u32, style: c.style, base, pos })?;
         Ok(vec![out])
     });
-    for (run, (gpu, reference)) in results.iter().enumerate() {
-        compare(c, positions[run], &f32s(&gpu[0]), &f32s(&reference[0]))?;
+    for (run, (got, reference)) in results.iter().enumerate() {
+        compare(c, positions[run], &f32s(&got[0]), &f32s(&reference[0]), expect)
+            .map_err(|e| format!("{} engine: {e}", pair.engine.name()))?;
     }
     Ok(())
+}
+
+/// The case on the GPU engine, within the bound.
+fn check_gpu(c: &Case) -> Result<(), String> {
+    check(&mut pair(), c, Expect::Bound)
+}
+
+/// The case on the CPU engine, every SIMD path, bit for bit.
+fn check_cpu(c: &Case) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, c, Expect::Exact))
 }
 
 fn style() -> impl Strategy<Value = RopeStyle> {
@@ -197,7 +233,15 @@ proptest! {
     #[test]
     fn rope_matches_the_reference(c in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check(&c).map_err(TestCaseError::fail)?;
+        check_gpu(&c).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #[test]
+    fn cpu_rope_matches_the_reference_bit_for_bit(c in case()) {
+        check_cpu(&c).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -228,16 +272,30 @@ fn pinned(rows: usize, n_heads: usize, head_dim: usize, rot_dim: usize, style: R
     }
 }
 
+/// 20 heads of 128, NEOX, base 500000, both in place (as the runtime does) and not.
+fn bitnet_2b_queries(check: impl Fn(&Case) -> Result<(), String>) -> Result<(), String> {
+    for in_place in [false, true] {
+        check(&Case { in_place, positions: vec![4095, 0, 1, 2047], ..pinned(1, 20, 128, 128, RopeStyle::Neox, 5e5) })?;
+    }
+    Ok(())
+}
+
 #[test]
 fn bitnet_2b_queries_decode_at_the_end_of_the_context() {
     if gpu_tests_skipped() {
         return;
     }
-    // 20 heads of 128, NEOX, base 500000, both in place (as the runtime does) and not.
-    for in_place in [false, true] {
-        let c = Case { in_place, positions: vec![4095, 0, 1, 2047], ..pinned(1, 20, 128, 128, RopeStyle::Neox, 5e5) };
-        check(&c).unwrap_or_else(|e| panic!("{e}"));
-    }
+    bitnet_2b_queries(check_gpu).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn bitnet_2b_queries_decode_at_the_end_of_the_context_on_the_cpu() {
+    bitnet_2b_queries(check_cpu).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// 5 kv heads of 128, rows at positions 3584 ..= 4095.
+fn bitnet_2b_keys() -> Case {
+    Case { positions: vec![3584, 0], ..pinned(512, 5, 128, 128, RopeStyle::Neox, 5e5) }
 }
 
 #[test]
@@ -245,9 +303,17 @@ fn bitnet_2b_keys_prefill_of_512_rows() {
     if gpu_tests_skipped() {
         return;
     }
-    // 5 kv heads of 128, rows at positions 3584 ..= 4095.
-    let c = Case { positions: vec![3584, 0], ..pinned(512, 5, 128, 128, RopeStyle::Neox, 5e5) };
-    check(&c).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&bitnet_2b_keys()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn bitnet_2b_keys_prefill_of_512_rows_on_the_cpu() {
+    check_cpu(&bitnet_2b_keys()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// 9 heads of 64, adjacent pairs, base 100000.
+fn smollm2_normal_pairs() -> Case {
+    Case { base_param: false, pos_param: false, positions: vec![777], ..pinned(7, 9, 64, 64, RopeStyle::Normal, 1e5) }
 }
 
 #[test]
@@ -255,14 +321,23 @@ fn smollm2_normal_pairs_with_constant_position_and_base() {
     if gpu_tests_skipped() {
         return;
     }
-    // 9 heads of 64, adjacent pairs, base 100000.
-    let c = Case {
-        base_param: false,
-        pos_param: false,
-        positions: vec![777],
-        ..pinned(7, 9, 64, 64, RopeStyle::Normal, 1e5)
-    };
-    check(&c).unwrap_or_else(|e| panic!("{e}"));
+    check_gpu(&smollm2_normal_pairs()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn smollm2_normal_pairs_with_constant_position_and_base_on_the_cpu() {
+    check_cpu(&smollm2_normal_pairs()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// head_dim 5, rot_dim 2: one pair and three untouched elements per head, both pairings,
+/// in place and not.
+fn partial_rotation_of_an_odd_head(check: impl Fn(&Case) -> Result<(), String>) -> Result<(), String> {
+    for style in [RopeStyle::Neox, RopeStyle::Normal] {
+        for in_place in [false, true] {
+            check(&Case { in_place, positions: vec![3, 4000], ..pinned(3, 257, 5, 2, style, 1e4) })?;
+        }
+    }
+    Ok(())
 }
 
 #[test]
@@ -270,12 +345,10 @@ fn partial_rotation_of_an_odd_head_keeps_the_tail() {
     if gpu_tests_skipped() {
         return;
     }
-    // head_dim 5, rot_dim 2: one pair and three untouched elements per head, both pairings,
-    // in place and not.
-    for style in [RopeStyle::Neox, RopeStyle::Normal] {
-        for in_place in [false, true] {
-            let c = Case { in_place, positions: vec![3, 4000], ..pinned(3, 257, 5, 2, style, 1e4) };
-            check(&c).unwrap_or_else(|e| panic!("{e}"));
-        }
-    }
+    partial_rotation_of_an_odd_head(check_gpu).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn partial_rotation_of_an_odd_head_keeps_the_tail_on_the_cpu() {
+    partial_rotation_of_an_odd_head(check_cpu).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -1,8 +1,8 @@
-//! RMS_NORM, SOFTMAX and ARGMAX: GPU engine vs reference engine over random shapes and data,
-//! through both forms of the row reductions (subgroup operations, from [`pair`] on an adapter
-//! that has them, as lavapipe does; the portable workgroup-memory tree, from
-//! [`portable_pair`]), both workgroup sizes (64 threads for rows up to 1024, 256 beyond), in
-//! place and not. Row lengths include 1, values around 64, 128, 256 and 1024 (the workgroup
+//! RMS_NORM, SOFTMAX and ARGMAX: the GPU engine and the CPU engine (every SIMD path this CPU
+//! runs) vs the reference engine over random shapes and data; on the GPU through both forms
+//! of the row reductions (subgroup operations, from [`pair`] on an adapter that has them, as
+//! lavapipe does; the portable workgroup-memory tree, from [`portable_pair`]) and both
+//! workgroup sizes (64 threads for rows up to 1024, 256 beyond); in place and not. Row lengths include 1, values around 64, 128, 256 and 1024 (the workgroup
 //! sizes and the switch between them), odd lengths, and the model's 2560, 6912 and 128256.
 //!
 //! Tolerances (u = 2^-24, the f32 unit roundoff; one ulp is at most 2u relative):
@@ -28,13 +28,16 @@
 //!   f32 may be flushed to zero by a GPU, and relative error means nothing there.
 //! - **ARGMAX** is exact: the GPU compares integer keys; the indices must be equal.
 //!
-//! On failure each check prints the case (operation, shape, path, workgroup), the index, got,
+//! The CPU engine is held to the same tolerances (it sums RMS_NORM's squares and
+//! SOFTMAX's exponentials in f64, its e^x is within 2 ulp) and ARGMAX to equal indices.
+//!
+//! On failure each check prints the case (engine, operation, shape, path), the index, got,
 //! expected and the difference.
 
 use proptest::prelude::*;
-use purebee_isa::{DType, ProgramBuilder};
+use purebee_isa::{DType, Engine, ProgramBuilder};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, pair_for, portable_pair, u32s};
+use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, on_cpu_levels, pair_for, u32s, Pair};
 
 /// The f32 unit roundoff, 2^-24.
 const U: f64 = 1.0 / 16_777_216.0;
@@ -81,49 +84,68 @@ fn path(portable: bool) -> &'static str {
     }
 }
 
-/// Runs RMS_NORM on both engines and compares.
-fn check_rms_norm(
+/// Runs `check` on the GPU pair of `portable` ([`pair_for`]); an error names the path.
+fn on_gpu(portable: bool, check: impl FnOnce(&mut Pair) -> Result<(), String>) -> Result<(), String> {
+    check(&mut pair_for(portable)).map_err(|e| format!("{} path: {e}", path(portable)))
+}
+
+/// Runs RMS_NORM on both engines of `pair` and compares.
+fn check_rms_norm<E: Engine>(
+    pair: &mut Pair<E>,
     rows: usize,
     cols: usize,
-    x: Vec<f32>,
-    w: Vec<f32>,
+    x: &[f32],
+    w: &[f32],
     eps: f32,
     in_place: bool,
-    portable: bool,
 ) -> Result<(), String> {
-    let inputs = [("x", matrix(rows, cols, x)), ("w", HostTensor::from_f32("w", Shape::vector(cols), w).expect("w"))];
-    let (gpu, reference) = pair_for(portable).run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
+    let inputs = [
+        ("x", matrix(rows, cols, x.to_vec())),
+        ("w", HostTensor::from_f32("w", Shape::vector(cols), w.to_vec()).expect("w")),
+    ];
+    let (got, reference) = pair.run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
         let out = if in_place { ids[0] } else { b.alloc(&name("out"), DType::F32, &[rows, cols])? };
         b.rms_norm(out, ids[0], ids[1], eps)?;
         Ok(vec![out])
     });
-    let what = format!("RMS_NORM [{rows}, {cols}] eps={eps} in_place={in_place} {}", path(portable));
-    assert_close(&f32s(&gpu[0]), &f32s(&reference[0]), f32::MIN_POSITIVE, rms_norm_rel(cols), &what)
+    let what = format!("{} engine: RMS_NORM [{rows}, {cols}] eps={eps} in_place={in_place}", pair.engine.name());
+    assert_close(&f32s(&got[0]), &f32s(&reference[0]), f32::MIN_POSITIVE, rms_norm_rel(cols), &what)
 }
 
-/// Runs SOFTMAX on both engines and compares.
-fn check_softmax(rows: usize, cols: usize, x: Vec<f32>, in_place: bool, portable: bool) -> Result<(), String> {
-    let rel = softmax_rel(cols, spread(&x, cols));
-    let inputs = [("x", matrix(rows, cols, x))];
-    let (gpu, reference) = pair_for(portable).run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
+/// Runs SOFTMAX on both engines of `pair` and compares.
+fn check_softmax<E: Engine>(
+    pair: &mut Pair<E>,
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    in_place: bool,
+) -> Result<(), String> {
+    let rel = softmax_rel(cols, spread(x, cols));
+    let inputs = [("x", matrix(rows, cols, x.to_vec()))];
+    let (got, reference) = pair.run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
         let out = if in_place { ids[0] } else { b.alloc(&name("out"), DType::F32, &[rows, cols])? };
         b.softmax(out, ids[0])?;
         Ok(vec![out])
     });
-    let what = format!("SOFTMAX [{rows}, {cols}] in_place={in_place} {} (rel tol {rel:e})", path(portable));
-    assert_close(&f32s(&gpu[0]), &f32s(&reference[0]), f32::MIN_POSITIVE, rel, &what)
+    let what = format!("{} engine: SOFTMAX [{rows}, {cols}] in_place={in_place} (rel tol {rel:e})", pair.engine.name());
+    assert_close(&f32s(&got[0]), &f32s(&reference[0]), f32::MIN_POSITIVE, rel, &what)
 }
 
-/// Runs ARGMAX on both engines and requires equal indices.
-fn check_argmax(rows: usize, cols: usize, x: Vec<f32>, portable: bool) -> Result<(), String> {
-    let inputs = [("x", matrix(rows, cols, x.clone()))];
-    let (gpu, reference) = pair_for(portable).run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
+/// ARGMAX of `x` on `pair`'s engine under test and reference engine.
+fn argmax_of<E: Engine>(pair: &mut Pair<E>, rows: usize, cols: usize, x: &[f32]) -> (Vec<u32>, Vec<u32>) {
+    let inputs = [("x", matrix(rows, cols, x.to_vec()))];
+    let (got, reference) = pair.run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
         let out = b.alloc(&name("out"), DType::U32, &[rows])?;
         b.argmax(out, ids[0])?;
         Ok(vec![out])
     });
-    let (got, want) = (u32s(&gpu[0]), u32s(&reference[0]));
-    let what = format!("ARGMAX [{rows}, {cols}] {}", path(portable));
+    (u32s(&got[0]), u32s(&reference[0]))
+}
+
+/// Runs ARGMAX on both engines of `pair` and requires equal indices.
+fn check_argmax<E: Engine>(pair: &mut Pair<E>, rows: usize, cols: usize, x: &[f32]) -> Result<(), String> {
+    let (got, want) = argmax_of(pair, rows, cols, x);
+    let what = format!("{} engine: ARGMAX [{rows}, {cols}]", pair.engine.name());
     if got.len() != want.len() {
         return Err(format!("{what}: {} indices, expected {}", got.len(), want.len()));
     }
@@ -220,13 +242,13 @@ proptest! {
     #[test]
     fn rms_norm_matches_the_reference((rows, cols, x, w, eps, in_place, portable) in rms_norm_case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_rms_norm(rows, cols, x, w, eps, in_place, portable).map_err(TestCaseError::fail)?;
+        on_gpu(portable, |p| check_rms_norm(p, rows, cols, &x, &w, eps, in_place)).map_err(TestCaseError::fail)?;
     }
 
     #[test]
     fn softmax_matches_the_reference((rows, cols, x, in_place, portable) in softmax_case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_softmax(rows, cols, x, in_place, portable).map_err(TestCaseError::fail)?;
+        on_gpu(portable, |p| check_softmax(p, rows, cols, &x, in_place)).map_err(TestCaseError::fail)?;
     }
 
     #[test]
@@ -236,21 +258,58 @@ proptest! {
         at in (0.0f64..1.0, 0.0f64..1.0),
     ) {
         if gpu_tests_skipped() { return Ok(()); }
-        let r = (at.0 * rows as f64) as usize;
-        let i = r * cols + (at.1 * cols as f64) as usize;
-        match special {
-            Special::Nan => x[i] = f32::NAN,
-            Special::PosInf => x[i] = f32::INFINITY,
-            Special::NegInf => x[i] = f32::NEG_INFINITY,
-            Special::AllNegInf => x[r * cols..(r + 1) * cols].fill(f32::NEG_INFINITY),
-        }
-        check_softmax(rows, cols, x, in_place, portable).map_err(|e| TestCaseError::fail(format!("{special:?}: {e}")))?;
+        inject(&mut x, rows, cols, special, at);
+        on_gpu(portable, |p| check_softmax(p, rows, cols, &x, in_place))
+            .map_err(|e| TestCaseError::fail(format!("{special:?}: {e}")))?;
     }
 
     #[test]
     fn argmax_matches_the_reference((rows, cols, x, portable) in argmax_case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_argmax(rows, cols, x, portable).map_err(TestCaseError::fail)?;
+        on_gpu(portable, |p| check_argmax(p, rows, cols, &x)).map_err(TestCaseError::fail)?;
+    }
+}
+
+// The same cases on the CPU engine (the GPU's `portable` flag is not used).
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cpu_rms_norm_matches_the_reference((rows, cols, x, w, eps, in_place, _portable) in rms_norm_case()) {
+        on_cpu_levels(|p| check_rms_norm(p, rows, cols, &x, &w, eps, in_place)).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_softmax_matches_the_reference((rows, cols, x, in_place, _portable) in softmax_case()) {
+        on_cpu_levels(|p| check_softmax(p, rows, cols, &x, in_place)).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_softmax_of_rows_with_special_values_matches_the_reference(
+        (rows, cols, mut x, in_place, _portable) in softmax_case(),
+        special in prop::sample::select(vec![Special::Nan, Special::PosInf, Special::NegInf, Special::AllNegInf]),
+        at in (0.0f64..1.0, 0.0f64..1.0),
+    ) {
+        inject(&mut x, rows, cols, special, at);
+        on_cpu_levels(|p| check_softmax(p, rows, cols, &x, in_place))
+            .map_err(|e| TestCaseError::fail(format!("{special:?}: {e}")))?;
+    }
+
+    #[test]
+    fn cpu_argmax_matches_the_reference((rows, cols, x, _portable) in argmax_case()) {
+        on_cpu_levels(|p| check_argmax(p, rows, cols, &x)).map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Puts `special` into row `at.0` (a fraction of the rows), element `at.1` (of the row).
+fn inject(x: &mut [f32], rows: usize, cols: usize, special: Special, at: (f64, f64)) {
+    let r = (at.0 * rows as f64) as usize;
+    let i = r * cols + (at.1 * cols as f64) as usize;
+    match special {
+        Special::Nan => x[i] = f32::NAN,
+        Special::PosInf => x[i] = f32::INFINITY,
+        Special::NegInf => x[i] = f32::NEG_INFINITY,
+        Special::AllNegInf => x[r * cols..(r + 1) * cols].fill(f32::NEG_INFINITY),
     }
 }
 
@@ -260,78 +319,128 @@ fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| rng.symmetric_f32()).collect()
 }
 
+/// Every GPU pair (subgroup, then portable) and every CPU pair, each given to `check`; the
+/// first error names the engine and its path.
+fn on_every_engine(mut check: impl FnMut(&mut dyn Check) -> Result<(), String>) {
+    if !gpu_tests_skipped() {
+        for portable in [false, true] {
+            on_gpu(portable, |p| check(p)).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    on_cpu_levels(|p| check(p)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The checks of this file over a pair of any engine (for [`on_every_engine`]).
+trait Check {
+    fn rms_norm(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        x: &[f32],
+        w: &[f32],
+        eps: f32,
+        in_place: bool,
+    ) -> Result<(), String>;
+    fn softmax(&mut self, rows: usize, cols: usize, x: &[f32], in_place: bool) -> Result<(), String>;
+    fn argmax(&mut self, rows: usize, cols: usize, x: &[f32]) -> Result<(), String>;
+    /// SOFTMAX's outputs: (engine under test, reference).
+    fn softmax_values(&mut self, rows: usize, cols: usize, x: &[f32]) -> (Vec<f32>, Vec<f32>);
+    /// ARGMAX's indices: (engine under test, reference).
+    fn argmax_indices(&mut self, rows: usize, cols: usize, x: &[f32]) -> (Vec<u32>, Vec<u32>);
+}
+
+impl<E: Engine> Check for Pair<E> {
+    fn rms_norm(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        x: &[f32],
+        w: &[f32],
+        eps: f32,
+        in_place: bool,
+    ) -> Result<(), String> {
+        check_rms_norm(self, rows, cols, x, w, eps, in_place)
+    }
+
+    fn softmax(&mut self, rows: usize, cols: usize, x: &[f32], in_place: bool) -> Result<(), String> {
+        check_softmax(self, rows, cols, x, in_place)
+    }
+
+    fn argmax(&mut self, rows: usize, cols: usize, x: &[f32]) -> Result<(), String> {
+        check_argmax(self, rows, cols, x)
+    }
+
+    fn softmax_values(&mut self, rows: usize, cols: usize, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let inputs = [("x", matrix(rows, cols, x.to_vec()))];
+        let (got, reference) = self.run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
+            let out = b.alloc(&name("out"), DType::F32, &[rows, cols])?;
+            b.softmax(out, ids[0])?;
+            Ok(vec![out])
+        });
+        (f32s(&got[0]), f32s(&reference[0]))
+    }
+
+    fn argmax_indices(&mut self, rows: usize, cols: usize, x: &[f32]) -> (Vec<u32>, Vec<u32>) {
+        argmax_of(self, rows, cols, x)
+    }
+}
+
 #[test]
 fn rms_norm_at_the_model_shapes() {
-    if gpu_tests_skipped() {
-        return;
-    }
     // The 2B model's hidden size (2560) and FFN size (6912), and SmolLM2's 576.
-    for (rows, cols) in [(3, 2560), (2, 6912), (4, 576)] {
-        for portable in [false, true] {
+    on_every_engine(|p| {
+        for (rows, cols) in [(3, 2560), (2, 6912), (4, 576)] {
             for in_place in [false, true] {
                 let x: Vec<f32> = pseudo_random(rows * cols, cols as u64).iter().map(|v| v * 4.0).collect();
                 let w: Vec<f32> = pseudo_random(cols, 7).iter().map(|v| v + 1.5).collect();
-                check_rms_norm(rows, cols, x, w, 1e-5, in_place, portable).unwrap_or_else(|e| panic!("{e}"));
+                p.rms_norm(rows, cols, &x, &w, 1e-5, in_place)?;
             }
         }
-    }
+        Ok(())
+    });
 }
 
 #[test]
 fn rms_norm_of_more_rows_than_one_grid_dimension_holds() {
-    if gpu_tests_skipped() {
-        return;
-    }
     // 65535 workgroups is the most one dimension may hold (WebGPU's and lavapipe's limit):
-    // rows past it come from the grid's y dimension.
+    // rows past it come from the grid's y dimension. (Subgroup path only on the GPU.)
     let (rows, cols) = (65_535 + 7, 3);
     let x: Vec<f32> = pseudo_random(rows * cols, 11).iter().map(|v| v * 3.0).collect();
-    check_rms_norm(rows, cols, x, vec![1.0, -2.0, 0.5], 1e-5, false, false).unwrap_or_else(|e| panic!("{e}"));
+    let w = [1.0, -2.0, 0.5];
+    if !gpu_tests_skipped() {
+        on_gpu(false, |p| check_rms_norm(p, rows, cols, &x, &w, 1e-5, false)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    on_cpu_levels(|p| check_rms_norm(p, rows, cols, &x, &w, 1e-5, false)).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn rms_norm_of_a_zero_row_is_zero() {
-    if gpu_tests_skipped() {
-        return;
-    }
-    for portable in [false, true] {
-        check_rms_norm(2, 300, vec![0.0; 600], vec![1.0; 300], 1e-5, true, portable).unwrap_or_else(|e| panic!("{e}"));
-    }
+    on_every_engine(|p| p.rms_norm(2, 300, &[0.0; 600], &[1.0; 300], 1e-5, true));
 }
 
 #[test]
 fn softmax_over_a_vocabulary_row() {
-    if gpu_tests_skipped() {
-        return;
-    }
     // The 2B model's vocabulary: 128256 logits in one row (one workgroup of 256).
     let cols = 128_256;
     let x: Vec<f32> = pseudo_random(cols, 5).iter().map(|v| v * 12.0).collect();
-    for portable in [false, true] {
+    on_every_engine(|p| {
         for in_place in [false, true] {
-            check_softmax(1, cols, x.clone(), in_place, portable).unwrap_or_else(|e| panic!("{e}"));
+            p.softmax(1, cols, &x, in_place)?;
         }
-    }
+        Ok(())
+    });
 }
 
 #[test]
 fn softmax_of_prefill_rows() {
-    if gpu_tests_skipped() {
-        return;
-    }
     // Many rows (a 512-token prefill's attention scores would be this many).
     let (rows, cols) = (512, 37);
     let x: Vec<f32> = pseudo_random(rows * cols, 9).iter().map(|v| v * 6.0).collect();
-    for portable in [false, true] {
-        check_softmax(rows, cols, x.clone(), false, portable).unwrap_or_else(|e| panic!("{e}"));
-    }
+    on_every_engine(|p| p.softmax(rows, cols, &x, false));
 }
 
 #[test]
 fn softmax_rows_with_nan_or_infinities_are_nan_and_others_are_not() {
-    if gpu_tests_skipped() {
-        return;
-    }
     let inf = f32::INFINITY;
     let rows: Vec<Vec<f32>> = vec![
         vec![1.0, f32::NAN, 2.0, 0.5],
@@ -341,31 +450,27 @@ fn softmax_rows_with_nan_or_infinities_are_nan_and_others_are_not() {
         vec![f32::MAX, -f32::MAX, 0.0, 1.0],
     ];
     let x: Vec<f32> = rows.concat();
-    for portable in [false, true] {
-        let inputs = [("x", matrix(5, 4, x.clone()))];
-        let (gpu, reference) = pair_for(portable).run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
-            let out = b.alloc(&name("out"), DType::F32, &[5, 4])?;
-            b.softmax(out, ids[0])?;
-            Ok(vec![out])
-        });
-        let (got, want) = (f32s(&gpu[0]), f32s(&reference[0]));
+    on_every_engine(|p| {
+        let (got, want) = p.softmax_values(5, 4, &x);
         assert!(want[..12].iter().all(|v| v.is_nan()), "the reference: {want:?}");
-        assert!(got[..12].iter().all(|v| v.is_nan()), "{}: rows 0..3 must be NaN: {got:?}", path(portable));
+        if !got[..12].iter().all(|v| v.is_nan()) {
+            return Err(format!("rows 0..3 must be NaN: {got:?}"));
+        }
         // Row 3: e^(-inf) is exactly 0, the rest within the tolerance; row 4: the f32::MAX
         // element takes everything (the others are more than 104 below it).
-        assert_eq!((got[12], got[14]), (0.0, 0.0), "{}", path(portable));
-        let what = format!("SOFTMAX row 3 {}", path(portable));
-        assert_close(&got[12..16], &want[12..16], f32::MIN_POSITIVE, softmax_rel(4, 1.0), &what)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(&got[16..], &[1.0, 0.0, 0.0, 0.0], "{}", path(portable));
-    }
+        if (got[12], got[14]) != (0.0, 0.0) {
+            return Err(format!("row 3: e^(-inf) must be exactly 0: {:?}", &got[12..16]));
+        }
+        assert_close(&got[12..16], &want[12..16], f32::MIN_POSITIVE, softmax_rel(4, 1.0), "SOFTMAX row 3")?;
+        if got[16..] != [1.0, 0.0, 0.0, 0.0] {
+            return Err(format!("row 4: {:?}, expected [1, 0, 0, 0]", &got[16..]));
+        }
+        Ok(())
+    });
 }
 
 #[test]
 fn argmax_over_a_vocabulary_row_finds_the_first_of_tied_maxima() {
-    if gpu_tests_skipped() {
-        return;
-    }
     let cols = 128_256;
     let mut x = pseudo_random(cols, 3);
     // The maximum appears three times, the first far from the start; NaN and a huge value's
@@ -376,23 +481,18 @@ fn argmax_over_a_vocabulary_row_finds_the_first_of_tied_maxima() {
     x[5] = f32::NAN;
     x[100_002] = f32::NAN;
     x[6] = -f32::MAX;
-    for portable in [false, true] {
-        check_argmax(1, cols, x.clone(), portable).unwrap_or_else(|e| panic!("{e}"));
-        let inputs = [("x", matrix(1, cols, x.clone()))];
-        let (gpu, _) = pair_for(portable).run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
-            let out = b.alloc(&name("out"), DType::U32, &[1])?;
-            b.argmax(out, ids[0])?;
-            Ok(vec![out])
-        });
-        assert_eq!(u32s(&gpu[0]), vec![100_003], "{}", path(portable));
-    }
+    on_every_engine(|p| {
+        p.argmax(1, cols, &x)?;
+        let (got, _) = p.argmax_indices(1, cols, &x);
+        if got != [100_003] {
+            return Err(format!("ARGMAX of the vocabulary row: {got:?}, expected [100003]"));
+        }
+        Ok(())
+    });
 }
 
 #[test]
 fn argmax_edge_rows() {
-    if gpu_tests_skipped() {
-        return;
-    }
     let (nan, inf) = (f32::NAN, f32::INFINITY);
     let sub = f32::from_bits; // sub(k): k times the smallest subnormal
     let rows: Vec<Vec<f32>> = vec![
@@ -403,26 +503,21 @@ fn argmax_edge_rows() {
         vec![-3.0, -2.0, nan, -2.0, inf],           // +inf wins: 4
     ];
     let x: Vec<f32> = rows.concat();
-    for portable in [false, true] {
-        check_argmax(5, 5, x.clone(), portable).unwrap_or_else(|e| panic!("{e}"));
-    }
-    let inputs = [("x", matrix(5, 5, x))];
-    let (gpu, _) = portable_pair().run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
-        let out = b.alloc(&name("out"), DType::U32, &[5])?;
-        b.argmax(out, ids[0])?;
-        Ok(vec![out])
+    on_every_engine(|p| {
+        p.argmax(5, 5, &x)?;
+        let (got, _) = p.argmax_indices(5, 5, &x);
+        if got != [0, 1, 0, 1, 4] {
+            return Err(format!("ARGMAX of the edge rows: {got:?}, expected [0, 1, 0, 1, 4]"));
+        }
+        Ok(())
     });
-    assert_eq!(u32s(&gpu[0]), vec![0, 1, 0, 1, 4]);
 }
 
 #[test]
 fn argmax_of_a_one_element_row_and_many_rows() {
-    if gpu_tests_skipped() {
-        return;
-    }
-    for portable in [false, true] {
-        check_argmax(1, 1, vec![-5.0], portable).unwrap_or_else(|e| panic!("{e}"));
+    on_every_engine(|p| {
+        p.argmax(1, 1, &[-5.0])?;
         let (rows, cols) = (700, 9);
-        check_argmax(rows, cols, pseudo_random(rows * cols, 1), portable).unwrap_or_else(|e| panic!("{e}"));
-    }
+        p.argmax(rows, cols, &pseudo_random(rows * cols, 1))
+    });
 }
