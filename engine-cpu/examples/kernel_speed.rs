@@ -10,6 +10,19 @@ use purebee_engine_cpu::SimdLevel;
 use purebee_memory::DType;
 
 fn main() {
+    // One spread-and-join of the thread pool, as every large instruction pays it.
+    let threads = purebee_engine_cpu::physical_cores();
+    let pool = purebee_engine_cpu::kernels::pool::Pool::new(threads).expect("threads");
+    let joins = 200_000;
+    let t = Instant::now();
+    for _ in 0..joins {
+        pool.run(threads, &|i| {
+            std::hint::black_box(i);
+        });
+    }
+    println!("pool of {threads}: {:.2} us per spread-and-join", t.elapsed().as_secs_f64() / joins as f64 * 1e6);
+    drop(pool);
+
     let level = SimdLevel::detect();
     let k = 576;
     for (dtype, bb) in [(DType::Q4_1, 20), (DType::Q8_0, 34), (DType::F16, 64)] {
