@@ -7,17 +7,25 @@ use purebee_isa::ExecError;
 
 use super::{f32s_mut, input, math, maybe_aliased, Exec};
 
+/// Elements per task: one decode step's vectors (a few thousand) stay on the calling
+/// thread; a prefill's (tokens × width) are spread over the pool.
+const CHUNK: usize = 1 << 15;
+
 /// `out_i = f(a_i, b_i)`; `out` may be `a` or `b`.
 pub(crate) fn binary(e: &mut Exec, op: &'static str, i: &Binary, f: fn(f32, f32) -> f32) -> Result<(), ExecError> {
     let a_copy = maybe_aliased(e, op, i.a, i.out)?;
     let b_copy = maybe_aliased(e, op, i.b, i.out)?;
-    let reg = e.reg;
+    let (reg, pool) = (e.reg, e.pool);
     e.store.with_output(reg, op, i.out, |store, words| {
         let a = input(store, reg, op, i.a, &a_copy)?;
         let b = input(store, reg, op, i.b, &b_copy)?;
-        for ((o, &x), &y) in f32s_mut(words, a.len()).iter_mut().zip(a).zip(b) {
-            *o = f(x, y);
-        }
+        let out = f32s_mut(words, a.len());
+        pool.for_each_chunk(out, CHUNK, &|c, o| {
+            let at = c * CHUNK..c * CHUNK + o.len();
+            for ((o, &x), &y) in o.iter_mut().zip(&a[at.clone()]).zip(&b[at]) {
+                *o = f(x, y);
+            }
+        });
         Ok(())
     })
 }
@@ -25,12 +33,15 @@ pub(crate) fn binary(e: &mut Exec, op: &'static str, i: &Binary, f: fn(f32, f32)
 /// `out_i = f(x_i)`; `out` may be `x`.
 pub(crate) fn unary(e: &mut Exec, op: &'static str, i: &Unary, f: fn(f32) -> f32) -> Result<(), ExecError> {
     let x_copy = maybe_aliased(e, op, i.x, i.out)?;
-    let reg = e.reg;
+    let (reg, pool) = (e.reg, e.pool);
     e.store.with_output(reg, op, i.out, |store, words| {
         let x = input(store, reg, op, i.x, &x_copy)?;
-        for (o, &v) in f32s_mut(words, x.len()).iter_mut().zip(x) {
-            *o = f(v);
-        }
+        let out = f32s_mut(words, x.len());
+        pool.for_each_chunk(out, CHUNK, &|c, o| {
+            for (o, &v) in o.iter_mut().zip(&x[c * CHUNK..]) {
+                *o = f(v);
+            }
+        });
         Ok(())
     })
 }
