@@ -198,3 +198,17 @@ fn cpu_silu_and_gelu_over_a_dense_grid_and_special_values() {
         check_cpu(op, x.clone(), zeros.clone(), false).unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// A prefill-sized vector (more than one 32K-element task of the CPU engine's pool, and a
+/// partial last task), every operation, in place and not.
+#[test]
+fn cpu_vectors_spread_over_the_pool() {
+    let n: usize = 3 * (1 << 15) + 17;
+    let a: Vec<f32> = (0..n).map(|i| ((i * 7919 % 20011) as f32 - 10005.0) * 1e-3).collect();
+    let b: Vec<f32> = (0..n).map(|i| ((i * 104729 % 30011) as f32 - 15005.0) * 7e-4).collect();
+    for op in [Op::Add, Op::Mul, Op::Silu, Op::Relu2, Op::Gelu] {
+        for in_place in [false, true] {
+            check_cpu(op, a.clone(), b.clone(), in_place).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
