@@ -125,15 +125,22 @@ impl<'a> Ternary<'a> {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
 
+    /// The scale of block `b` of `row` (TQ2_0's and TQ1_0's f16 `d` after the block's
+    /// codes; I2_S's tensor scale).
+    fn block_scale(&self, row: &[u8], b: usize) -> f32 {
+        let (bb, dd) = match self.dtype {
+            DType::I2_S => return self.i2s_scale,
+            DType::TQ2_0 => (66, 64),
+            _ => (54, 52),
+        };
+        f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]))
+    }
+
     /// Row `j`'s scale per block, widened to f64.
     fn scales(&self, j: usize, out: &mut [f64]) {
         let row = self.row(j);
-        let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
         for (b, d) in out.iter_mut().enumerate() {
-            *d = match self.dtype {
-                DType::I2_S => self.i2s_scale as f64,
-                _ => f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]])) as f64,
-            };
+            *d = self.block_scale(row, b) as f64;
         }
     }
 
@@ -147,8 +154,9 @@ impl<'a> Ternary<'a> {
     }
 
     /// `y = Σ_b d_b · isum_b / s · scale` for rows `j0 .. j0 + out.len()` and token `r`,
-    /// their raw code sums per scale block in `raws` (`[rows, blocks]`). The rows' f64 sums run interleaved (independent chains),
-    /// each in the reference's order: `0 + t_0 + t_1 + ...`, as `Iterator::sum` adds.
+    /// their raw code sums per scale block in `raws` (`[rows, blocks]`). The rows' f64 sums
+    /// run interleaved (independent chains), each in the reference's order:
+    /// `0 + t_0 + t_1 + ...`, as `Iterator::sum` adds.
     fn finish_rows(&self, j0: usize, acts: &Activations, r: usize, out_scale: f64, raws: &[i32], out: &mut [f32]) {
         const ROWS: usize = 4;
         let nb = self.blocks();
@@ -163,7 +171,6 @@ impl<'a> Ternary<'a> {
             }
             return;
         }
-        let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
         for (g, ys) in out.chunks_mut(ROWS).enumerate() {
             let mut acc = [zero; ROWS];
             let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
@@ -173,7 +180,7 @@ impl<'a> Ternary<'a> {
             for b in 0..nb {
                 let qsum = (sums[2 * b] + sums[2 * b + 1]) as i64;
                 for (i, row) in rows[..ys.len()].iter().enumerate() {
-                    let d = f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]));
+                    let d = self.block_scale(row, b);
                     let isum = raws[(g * ROWS + i) * nb + b] as i64 - qsum;
                     acc[i] += d as f64 * isum as f64;
                 }
