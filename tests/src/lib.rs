@@ -15,6 +15,22 @@ pub mod rng;
 
 use std::path::PathBuf;
 
+/// Every dtype a float-or-quantized weight (LINEAR) or table (EMBED) may have.
+pub const WEIGHT_DTYPES: [purebee_memory::DType; 9] = {
+    use purebee_memory::DType;
+    [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::TQ1_0,
+        DType::TQ2_0,
+        DType::I2_S,
+    ]
+};
+
 /// The repository's `fixtures/` folder.
 pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")

@@ -23,18 +23,8 @@ use purebee_isa::{DType, Engine, ExecError, ProgramBuilder};
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{cpu_levels, cpu_pair, f32s, gpu_tests_skipped, on_cpu_levels, pair, Pair};
 
-/// The table dtypes EMBED takes.
-const DTYPES: [DType; 9] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q8_0,
-    DType::TQ1_0,
-    DType::TQ2_0,
-    DType::I2_S,
-];
+/// The dtypes a weight or table may have (EMBED and LINEAR take them all).
+const DTYPES: [DType; 9] = purebee_tests::WEIGHT_DTYPES;
 
 /// Requires bit-equal values (or NaN on both sides); names the row, column, both values
 /// with their bits, and the difference on failure.

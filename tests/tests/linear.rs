@@ -28,18 +28,8 @@ use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{f32s, gpu_tests_skipped, on_cpu_levels, pair, portable_pair, Pair};
 use purebee_tests::rng::SplitMix64;
 
-/// The weight dtypes LINEAR takes on the GPU.
-const DTYPES: [DType; 9] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q8_0,
-    DType::TQ1_0,
-    DType::TQ2_0,
-    DType::I2_S,
-];
+/// The dtypes a weight or table may have (EMBED and LINEAR take them all).
+const DTYPES: [DType; 9] = purebee_tests::WEIGHT_DTYPES;
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 

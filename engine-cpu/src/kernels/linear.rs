@@ -162,6 +162,13 @@ fn decode_partial(dtype: DType, b: &[u8], w: &mut [f32; 32]) {
     }
 }
 
+/// `Σ a_i · b_i` in f32 (the one-row, one-token case of [`dot_tile`]).
+pub fn dot(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
+    let mut y = 0f32;
+    dot_tile(level, a, b, a.len(), std::slice::from_mut(&mut y));
+    y
+}
+
 /// A tile product: `out[t · rows + r] = Σ_i w[r·k + i] · x[t·k + i]` for `rows` decoded
 /// weight rows and `tokens` activation rows of `k` elements.
 pub fn dot_tile(level: SimdLevel, w: &[f32], x: &[f32], k: usize, out: &mut [f32]) {

@@ -11,6 +11,8 @@ use purebee_isa::ExecError;
 
 use super::kv_write::check_fits;
 use super::{f32s_mut, math, Exec};
+use crate::kernels::linear::dot;
+use crate::kernels::SimdLevel;
 use crate::store::dims;
 
 /// Positions per part when one row is split over positions.
@@ -23,6 +25,7 @@ struct Shape {
     group: usize,
     kv_width: usize,
     scale: f32,
+    level: SimdLevel,
 }
 
 /// What one part of the positions of one (row, kv head) produced: per query head of the
@@ -42,7 +45,7 @@ fn attend(s: Shape, q: &[f32], k: &[f32], v: &[f32], kvh: usize, t0: usize, t1: 
     for t in t0..t1 {
         let kt = &k[t * s.kv_width + kvh * hd..][..hd];
         for h in 0..g {
-            scores[h * len + t - t0] = dot(&q[h * hd..(h + 1) * hd], kt) * s.scale;
+            scores[h * len + t - t0] = dot(s.level, &q[h * hd..(h + 1) * hd], kt) * s.scale;
         }
     }
     let mut part = Part { max: vec![f32::NEG_INFINITY; g], sum: vec![0.0; g], acc: vec![0.0; g * hd] };
@@ -67,19 +70,6 @@ fn attend(s: Shape, q: &[f32], k: &[f32], v: &[f32], kvh: usize, t0: usize, t1: 
         }
     }
     part
-}
-
-/// `Σ a_i · b_i` in f32 with eight partial sums.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(&x, &y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Merges parts of one (row, kv head) into `out` (`[group · hd]`).
@@ -114,7 +104,7 @@ pub(crate) fn run(e: &mut Exec, a: &Attention, pos: u32) -> Result<(), ExecError
     let hd = a.head_dim as usize;
     let (n_head, n_kv) = (q_width / hd, kv_width / hd);
     let group = n_head / n_kv;
-    let shape = Shape { hd, group, kv_width, scale: (1.0 / (hd as f64).sqrt()) as f32 };
+    let shape = Shape { hd, group, kv_width, scale: (1.0 / (hd as f64).sqrt()) as f32, level: e.level };
     let (reg, pool) = (e.reg, e.pool);
     e.store.with_output(reg, OP, a.out, |store, words| {
         let q = store.f32s(reg, OP, a.q)?;

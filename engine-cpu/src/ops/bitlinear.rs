@@ -62,9 +62,15 @@ impl Activations {
         &self.q[r * self.k..(r + 1) * self.k]
     }
 
-    fn sums(&self, r: usize) -> &[i32] {
+    /// `Σ q` of row `r` over each scale block of `block` elements (a multiple of 128;
+    /// an I2_S row of zero length is one empty block).
+    fn block_sums(&self, r: usize, block: usize) -> Vec<i32> {
         let g = self.k / CHUNK_ELEMS;
-        &self.sums[r * g..(r + 1) * g]
+        let per = block / CHUNK_ELEMS;
+        if per == 0 {
+            return vec![0];
+        }
+        self.sums[r * g..(r + 1) * g].chunks(per).map(|c| c.iter().sum()).collect()
     }
 }
 
@@ -144,6 +150,15 @@ impl<'a> Ternary<'a> {
         }
     }
 
+    /// Elements per scale block: the whole row for I2_S.
+    fn block_len(&self) -> usize {
+        if self.dtype == DType::I2_S {
+            self.k
+        } else {
+            256
+        }
+    }
+
     /// Scale blocks per row.
     fn blocks(&self) -> usize {
         if self.dtype == DType::I2_S {
@@ -160,28 +175,19 @@ impl<'a> Ternary<'a> {
     fn finish_rows(&self, j0: usize, acts: &Activations, r: usize, out_scale: f64, raws: &[i32], out: &mut [f32]) {
         const ROWS: usize = 4;
         let nb = self.blocks();
-        let sums = acts.sums(r);
+        let qsums = acts.block_sums(r, self.block_len());
         let s = acts.s[r] as f64;
         let zero: f64 = std::iter::empty::<f64>().sum();
-        if self.dtype == DType::I2_S {
-            let qsum: i64 = sums.iter().map(|&v| v as i64).sum();
-            for (y, &raw) in out.iter_mut().zip(raws) {
-                let isum = raw as i64 - qsum;
-                *y = (((zero + self.i2s_scale as f64 * isum as f64) / s) * out_scale) as f32;
-            }
-            return;
-        }
         for (g, ys) in out.chunks_mut(ROWS).enumerate() {
             let mut acc = [zero; ROWS];
             let mut rows: [&[u8]; ROWS] = [&[]; ROWS];
             for (i, row) in rows.iter_mut().enumerate().take(ys.len()) {
                 *row = self.row(j0 + g * ROWS + i);
             }
-            for b in 0..nb {
-                let qsum = (sums[2 * b] + sums[2 * b + 1]) as i64;
+            for (b, &qsum) in qsums.iter().enumerate() {
                 for (i, row) in rows[..ys.len()].iter().enumerate() {
                     let d = self.block_scale(row, b);
-                    let isum = raws[(g * ROWS + i) * nb + b] as i64 - qsum;
+                    let isum = raws[(g * ROWS + i) * nb + b] as i64 - qsum as i64;
                     acc[i] += d as f64 * isum as f64;
                 }
             }
@@ -198,7 +204,7 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scal
     let nb = w.blocks();
     if w.dtype == DType::TQ2_0 {
         // Σ q per 256-element block, then each row's whole sum in one kernel call.
-        let qsums: Vec<i32> = acts.sums(0).chunks_exact(2).map(|p| p[0] + p[1]).collect();
+        let qsums = acts.block_sums(0, w.block_len());
         let s = acts.s[0] as f64;
         pool.for_each_chunk(out, chunk, &|i, o| {
             for (jj, y) in o.iter_mut().enumerate() {
@@ -250,17 +256,13 @@ fn unpack_row(w: &Ternary, j: usize, codes: &mut [u8]) {
 
 fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
     let (m, k) = (out.len() / n.max(1), w.k);
-    let (block, blocks) = if w.dtype == DType::I2_S { (k, 1) } else { (256, k / 256) };
-    // Σ q per scale block, per token: [n, blocks].
-    let per = block / CHUNK_ELEMS;
-    let qsums: Vec<i32> = (0..n)
-        .flat_map(|t| acts.sums(t).chunks(per.max(1)).map(|g| g.iter().sum::<i32>()).collect::<Vec<_>>())
-        .collect();
-    let qsum = |t: usize, b: usize| qsums.get(t * blocks + b).copied().unwrap_or(0);
-    // Per group of four tokens (a missing token repeats the last), per block: their Σ q.
+    let (block, blocks) = (w.block_len(), w.blocks());
+    // Σ q per scale block, per token; then per group of four tokens (a missing token
+    // repeats the last), per block.
+    let qsums: Vec<Vec<i32>> = (0..n).map(|t| acts.block_sums(t, block)).collect();
     let subs: Vec<Vec<[i32; 4]>> = (0..n)
         .step_by(4)
-        .map(|t0| (0..blocks).map(|b| [0, 1, 2, 3].map(|t| qsum((t0 + t).min(n - 1), b))).collect())
+        .map(|t0| (0..blocks).map(|b| [0, 1, 2, 3].map(|t| qsums[(t0 + t).min(n - 1)][b])).collect())
         .collect();
     let mut by_row = vec![0f32; m * n];
     pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
