@@ -83,14 +83,23 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, data: Da
         return out;
     }
     let (len, bytes) = (dtype.block_len(), dtype.block_bytes());
-    for _ in 0..m * k / len {
-        out.extend((0..bytes - 2).map(|_| rng.next_u64() as u8));
-        let d = match data {
-            Data::Exact => f16_exact(weight_scale(rng, data)),
-            // ±[2^-10, 2): exponent field 5..=15, any mantissa.
-            Data::Random => ((rng.below(2) as u16) << 15) | ((5 + rng.below(11) as u16) << 10) | rng.below(1024) as u16,
-        };
-        out.extend_from_slice(&d.to_le_bytes());
+    let scale = |rng: &mut SplitMix64| match data {
+        Data::Exact => f16_exact(weight_scale(rng, data)),
+        // ±[2^-10, 2): exponent field 5..=15, any mantissa.
+        Data::Random => ((rng.below(2) as u16) << 15) | ((5 + rng.below(11) as u16) << 10) | rng.below(1024) as u16,
+    };
+    // A scale per block, or (as real BitNet files, whose scale is per tensor) one per row,
+    // sometimes with one block in the middle that differs.
+    let per_row = rng.below(2) == 0;
+    let blocks = k / len;
+    for _ in 0..m {
+        let row_d = scale(rng);
+        let odd_one = if blocks > 0 && rng.below(4) == 0 { Some(rng.below(blocks as u64) as usize) } else { None };
+        for b in 0..blocks {
+            out.extend((0..bytes - 2).map(|_| rng.next_u64() as u8));
+            let d = if per_row && odd_one != Some(b) { row_d } else { scale(rng) };
+            out.extend_from_slice(&d.to_le_bytes());
+        }
     }
     out
 }
@@ -263,7 +272,8 @@ fn check<E: Engine>(
             let (g, w) = (got[idx], want[idx]);
             let diff = (g as f64 - w as f64).abs();
             let ok = match (expect, c.data) {
-                (Expect::Equal, _) => g == w || (g.is_nan() && w.is_nan()),
+                // Bit for bit: the sign of a zero too.
+                (Expect::Equal, _) => g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
                 (Expect::Bound, Data::Exact) => g == w,
                 (Expect::Bound, Data::Random) => {
                     let (mut b, mut flip) = (0f64, 0f64);
@@ -591,4 +601,39 @@ fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout
 #[test]
 fn ternary_weights_written_by_a_program_or_the_host_read_back_in_the_file_layout_on_the_cpu() {
     on_cpu_levels(ternary_weights_read_back).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// TQ2_0 rows whose blocks share one negative scale and whose two blocks' sums cancel
+/// (second block's trits the negation of the first's, activations repeated): the total is
+/// zero and the reference's order gives +0, while the shortcut's `d · 0` would give −0.
+/// Decode (one token) and prefill (five), every SIMD path, bit for bit.
+#[test]
+fn a_zero_total_under_one_negative_scale_on_the_cpu() {
+    let (m, k) = (3, 512);
+    let d = half::f16::from_f32(-0.75).to_bits();
+    let mut w = Vec::new();
+    for j in 0..m {
+        let first: Vec<u8> = (0..64).map(|i| [0x00u8, 0x14, 0x86, 0x21][(i + j) % 4]).collect();
+        // Codes c ↦ 2 − c (all codes here are 0, 1 or 2): trits t ↦ −t.
+        let mirror = first.iter().map(|&b| (0..4).fold(0u8, |a, g| a | (2 - ((b >> (2 * g)) & 3)) << (2 * g)));
+        w.extend_from_slice(&first);
+        w.extend_from_slice(&d.to_le_bytes());
+        w.extend(mirror);
+        w.extend_from_slice(&d.to_le_bytes());
+    }
+    for n in [1, 5] {
+        let x: Vec<f32> = (0..n * k).map(|i| ((i % 256) as f32 * 0.37).sin() * (1 + i / k) as f32).collect();
+        let c = Case {
+            dtype: DType::TQ2_0,
+            n,
+            m,
+            k,
+            x,
+            w: w.clone(),
+            scale: None,
+            data: Data::Random,
+            label: "zero".into(),
+        };
+        run_cpu(&c).unwrap_or_else(|e| panic!("{e}"));
+    }
 }

@@ -18,6 +18,8 @@
 //! so `(chunk >> 2j) & 3` is 32 consecutive codes: no shuffles. TQ1_0 (base 3) is unpacked
 //! to one code per byte first ([`unpack_tq1_0_block`]) and goes through [`codes_dot`].
 
+use std::ops::Range;
+
 use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize};
 
 use super::SimdLevel;
@@ -95,36 +97,137 @@ pub fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f
     }
 }
 
-/// A 2-row × 4-token tile of BITLINEAR sums over whole rows of codes (one per byte):
-/// `out[4r + t] = Σ_b d[r][b] · (Σ_{i∈b} c_ri·q_ti − qsums[b][t])`, with blocks of `block`
-/// elements (a multiple of 128), the f64 products exact and added in block order from
-/// `Iterator::sum`'s zero (the reference's bits). Every load is shared by four or two
-/// products (prefill's weight-stationary kernel).
-pub fn tile_2x4(
-    level: SimdLevel,
-    c: [&[u8]; 2],
-    q: [&[i8]; 4],
-    block: usize,
-    d: [&[f64]; 2],
-    qsums: &[[i32; 4]],
-) -> [f64; 8] {
+/// The scale of a row whose blocks all share one (the f16 bits of each block's `d`), when
+/// it is finite and nonzero and the row has at most `MAX_UNIFORM_BLOCKS` blocks.
+///
+/// Ternary weights trained with one scale per tensor (the usual case) carry the same `d`
+/// in every TQ2_0 block of a row. Then the reference's terms are `d · isum_b`, and every
+/// partial sum of them is `d` times an integer of magnitude below 2³¹ (at most 256 · 3 ·
+/// 128 per block): an 11-bit by 31-bit product, which f64 holds exactly. No addition
+/// rounds, so the reference's sum is exactly `d · Σ_b isum_b`, one product of an integer
+/// total. The one case where the order still shows is a total of zero (its sign of zero
+/// depends on the terms), which callers recompute the long way.
+pub fn uniform_scale(bits: impl IntoIterator<Item = u16>) -> Option<f64> {
+    let mut bits = bits.into_iter();
+    let first = bits.next()?;
+    let mut count = 1;
+    for b in bits {
+        if b != first {
+            return None;
+        }
+        count += 1;
+    }
+    shared_scale(first, count)
+}
+
+/// `d` (f16 bits) as the one scale of a row of `blocks` blocks, if [`uniform_scale`]'s
+/// shortcut holds for it.
+fn shared_scale(d: u16, blocks: usize) -> Option<f64> {
+    let d = super::linear::f16_to_f32(d);
+    (d.is_finite() && d != 0.0 && blocks <= MAX_UNIFORM_BLOCKS).then_some(d as f64)
+}
+
+/// Blocks of 256 elements whose raw integer sums stay below 2³¹ in total.
+const MAX_UNIFORM_BLOCKS: usize = 8192;
+
+/// The running sums of a 2-row × 4-token tile (lane `4r + t`: row `r`, token `t`), carried
+/// from one panel of elements to the next by [`tiles_2x4`].
+#[derive(Clone, Copy, Debug)]
+pub struct TileSums {
+    /// `Σ_b d[r][b] · (Σ_{i∈b} c_ri·q_ti − qsums[b][t])` over the finished blocks, in block
+    /// order from `Iterator::sum`'s zero (the reference's bits).
+    pub y: [f64; 8],
+    /// The raw `Σ c·q` of the block not finished yet.
+    pub raw: [i32; 8],
+}
+
+impl Default for TileSums {
+    fn default() -> TileSums {
+        TileSums { y: [std::iter::empty::<f64>().sum(); 8], raw: [0; 8] }
+    }
+}
+
+/// One pair of weight rows in [`tiles_2x4`].
+pub struct RowPair<'a> {
+    /// The two rows' codes, whole rows, one code per byte.
+    pub c: [&'a [u8]; 2],
+    /// Elements per scale block (a multiple of 32).
+    pub block: usize,
+    /// Each row's scale per block.
+    pub d: [&'a [f64]; 2],
+    /// `Σ q` per group of four tokens and block (`[groups, blocks]`).
+    pub qsums: &'a [[i32; 4]],
+}
+
+/// Adds elements `at` of every pair of rows times every token's activations (`q`: `[n,
+/// k]`; a group's missing tokens repeat the last one) to `sums` (`[pairs, groups]`), finishing every
+/// block that ends inside `at`; `at`'s ends are multiples of 32. Each 2-row × 4-token tile
+/// shares every load by four or two products; prefill runs this over panels of a few KiB,
+/// so that one group's activations stay in L1 while every pair goes past them.
+pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>) {
+    assert!(at.start % 32 == 0 && at.end % 32 == 0 && at.end <= k, "tiles_2x4: unaligned panel");
+    let groups = (q.len() / k.max(1)).div_ceil(4);
+    assert!(q.len() % k.max(1) == 0 && sums.len() == pairs.len() * groups);
+    for p in pairs {
+        let blocks = k.div_ceil(p.block.max(1));
+        assert!(p.block % 32 == 0 && p.c.iter().all(|s| s.len() >= k) && p.d.iter().all(|s| s.len() >= blocks));
+        assert!(p.qsums.len() >= groups * blocks);
+    }
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
-        SimdLevel::Avx2 => unsafe { x86::tile_2x4(c, q, block, d, qsums) },
+        SimdLevel::Avx2 => unsafe { x86::tiles_2x4(pairs, sums, q, k, at, groups) },
         _ => {
-            let mut out = [std::iter::empty::<f64>().sum(); 8];
-            for (b, qs) in qsums.iter().enumerate() {
-                let at = b * block..(b + 1) * block;
-                for (lane, y) in out.iter_mut().enumerate() {
-                    let (r, t) = (lane / 4, lane % 4);
-                    let raw: i32 =
-                        c[r][at.clone()].iter().zip(&q[t][at.clone()]).map(|(&a, &b)| a as i32 * b as i32).sum();
-                    *y += d[r][b] * (raw - qs[t]) as f64;
+            for g in 0..groups {
+                for (i, p) in pairs.iter().enumerate() {
+                    let blocks = k.div_ceil(p.block);
+                    let qs = &p.qsums[g * blocks..(g + 1) * blocks];
+                    tile_2x4_portable(
+                        p.c,
+                        group_tokens(q, k, g),
+                        at.clone(),
+                        p.block,
+                        p.d,
+                        qs,
+                        &mut sums[i * groups + g],
+                    );
                 }
             }
-            out
         }
+    }
+}
+
+/// The activations of the tokens of group `g` (`4g .. 4g + 4`, the last token repeated
+/// past the end).
+fn group_tokens(q: &[i8], k: usize, g: usize) -> [&[i8]; 4] {
+    let n = q.len() / k;
+    [0, 1, 2, 3].map(|t| &q[(4 * g + t).min(n - 1) * k..][..k])
+}
+
+/// One tile of [`tiles_2x4`], in scalar code.
+fn tile_2x4_portable(
+    c: [&[u8]; 2],
+    q: [&[i8]; 4],
+    at: Range<usize>,
+    block: usize,
+    d: [&[f64]; 2],
+    qsums: &[[i32; 4]],
+    sums: &mut TileSums,
+) {
+    let mut i = at.start;
+    while i < at.end {
+        let b = i / block;
+        let end = at.end.min((b + 1) * block);
+        for lane in 0..8 {
+            let (r, t) = (lane / 4, lane % 4);
+            let raw: i32 = c[r][i..end].iter().zip(&q[t][i..end]).map(|(&a, &b)| a as i32 * b as i32).sum();
+            sums.raw[lane] += raw;
+            if end == (b + 1) * block {
+                sums.y[lane] += d[r][b] * (sums.raw[lane] - qsums[b][t]) as f64;
+                sums.raw[lane] = 0;
+            }
+        }
+        i = end;
     }
 }
 
@@ -195,7 +298,9 @@ fn tq1_0_digits() -> &'static [[u8; 5]; 256] {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::CHUNK_ELEMS;
+    use std::ops::Range;
+
+    use super::{RowPair, TileSums, CHUNK_ELEMS};
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn quantize_row(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
@@ -242,24 +347,57 @@ mod x86 {
         hsum_i32(acc32)
     }
 
+    /// See [`super::tiles_2x4`], which checked the slices' lengths and the alignments.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn tile_2x4(c: [&[u8]; 2], q: [&[i8]; 4], block: usize, d: [&[f64]; 2], qsums: &[[i32; 4]]) -> [f64; 8] {
-        let blocks = qsums.len();
-        let need = blocks * block;
-        assert!(block % CHUNK_ELEMS == 0 && c.iter().all(|s| s.len() >= need) && q.iter().all(|s| s.len() >= need));
-        assert!(d.iter().all(|s| s.len() >= blocks));
+    pub(super) fn tiles_2x4(
+        pairs: &[RowPair],
+        sums: &mut [TileSums],
+        q: &[i8],
+        k: usize,
+        at: Range<usize>,
+        groups: usize,
+    ) {
+        for g in 0..groups {
+            let tok = super::group_tokens(q, k, g);
+            for (i, p) in pairs.iter().enumerate() {
+                let blocks = k.div_ceil(p.block);
+                let qs = &p.qsums[g * blocks..(g + 1) * blocks];
+                tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, &mut sums[i * groups + g]);
+            }
+        }
+    }
+
+    /// One tile of [`tiles_2x4`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn tile_2x4(
+        c: [&[u8]; 2],
+        q: [&[i8]; 4],
+        at: Range<usize>,
+        block: usize,
+        d: [&[f64]; 2],
+        qsums: &[[i32; 4]],
+        sums: &mut TileSums,
+    ) {
         let ones = _mm256_set1_epi16(1);
-        let zero: f64 = std::iter::empty::<f64>().sum();
-        let mut y = [_mm256_set1_pd(zero); 2]; // row r: tokens 0..4
-        for (b, qs) in qsums.iter().enumerate() {
+        // SAFETY: `sums.y` holds eight f64 and `sums.raw` eight i32: two loads of four each.
+        let (mut y, mut raw) = unsafe {
+            (
+                [_mm256_loadu_pd(sums.y.as_ptr()), _mm256_loadu_pd(sums.y.as_ptr().add(4))],
+                [_mm_loadu_si128(sums.raw.as_ptr().cast()), _mm_loadu_si128(sums.raw.as_ptr().add(4).cast())],
+            )
+        };
+        let mut i = at.start;
+        while i < at.end {
+            let b = i / block;
+            let end = at.end.min((b + 1) * block);
             let mut acc = [_mm256_setzero_si256(); 8];
-            let steps = block / 32;
-            for seg in (0..steps).step_by(32) {
+            while i < end {
                 // Up to 32 steps of at most 768 per i16 lane (24 576), then widened.
+                let seg_end = end.min(i + 32 * 32);
                 let mut acc16 = [_mm256_setzero_si256(); 8];
-                for step in seg..(seg + 32).min(steps) {
-                    let i = b * block + 32 * step;
-                    // SAFETY: i + 32 ≤ blocks · block ≤ every slice's length (asserted).
+                while i < seg_end {
+                    // SAFETY: i + 32 ≤ at.end ≤ every slice's length (checked by the caller).
                     let (c0, c1) = unsafe {
                         (
                             _mm256_loadu_si256(c[0].as_ptr().add(i).cast()),
@@ -272,6 +410,7 @@ mod x86 {
                         acc16[t] = _mm256_add_epi16(acc16[t], _mm256_maddubs_epi16(c0, qv));
                         acc16[4 + t] = _mm256_add_epi16(acc16[4 + t], _mm256_maddubs_epi16(c1, qv));
                     }
+                    i += 32;
                 }
                 for (a, a16) in acc.iter_mut().zip(acc16) {
                     *a = _mm256_add_epi32(*a, _mm256_madd_epi16(a16, ones));
@@ -280,23 +419,29 @@ mod x86 {
             // Eight vectors to eight sums: a tree of horizontal adds, then the two halves.
             let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
             let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[4], acc[5]), _mm256_hadd_epi32(acc[6], acc[7]));
-            // SAFETY: `qs` holds four i32.
-            let qv = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
             for (r, h) in [h0, h1].into_iter().enumerate() {
-                let raw = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-                let isum = _mm256_cvtepi32_pd(_mm_sub_epi32(raw, qv));
-                // d (an f16's 11 bits, or I2_S's f32) × isum (< 2^29) is exact in f64; one
-                // add per lane per block keeps each lane's sum in block order.
-                y[r] = _mm256_add_pd(y[r], _mm256_mul_pd(_mm256_set1_pd(d[r][b]), isum));
+                raw[r] =
+                    _mm_add_epi32(raw[r], _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h)));
+            }
+            if end == (b + 1) * block {
+                // SAFETY: `qsums[b]` holds four i32 (b < the blocks checked by the caller).
+                let qv = unsafe { _mm_loadu_si128(qsums[b].as_ptr().cast()) };
+                for r in 0..2 {
+                    let isum = _mm256_cvtepi32_pd(_mm_sub_epi32(raw[r], qv));
+                    // d (an f16's 11 bits, or I2_S's f32) × isum (< 2^29) is exact in f64;
+                    // one add per lane per block keeps each lane's sum in block order.
+                    y[r] = _mm256_add_pd(y[r], _mm256_mul_pd(_mm256_set1_pd(d[r][b]), isum));
+                    raw[r] = _mm_setzero_si128();
+                }
             }
         }
-        let mut out = [0f64; 8];
-        // SAFETY: `out` holds eight f64: two stores of four.
+        // SAFETY: as the loads above.
         unsafe {
-            _mm256_storeu_pd(out.as_mut_ptr(), y[0]);
-            _mm256_storeu_pd(out.as_mut_ptr().add(4), y[1]);
+            _mm256_storeu_pd(sums.y.as_mut_ptr(), y[0]);
+            _mm256_storeu_pd(sums.y.as_mut_ptr().add(4), y[1]);
+            _mm_storeu_si128(sums.raw.as_mut_ptr().cast(), raw[0]);
+            _mm_storeu_si128(sums.raw.as_mut_ptr().add(4).cast(), raw[1]);
         }
-        out
     }
 
     /// The eight i32 lanes of one TQ2_0 block's `Σ c·q`, not yet added together.
@@ -328,6 +473,21 @@ mod x86 {
         let n = qsums.len();
         let block = |b: usize| tq2_0_block(&row[66 * b..66 * b + 64], &q[256 * b..256 * b + 256]);
         let d_bits = |b: usize| u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]) as i64;
+        // A row whose first and last blocks share a scale: first as if every block did
+        // (integer sums across blocks, one product), checking that on the way; the long
+        // way when it does not.
+        if n > 0 && d_bits(0) == d_bits(n - 1) {
+            let d0 = d_bits(0);
+            let (mut acc, mut differ) = (_mm256_setzero_si256(), 0);
+            for b in 0..n {
+                acc = _mm256_add_epi32(acc, block(b));
+                differ |= d_bits(b) ^ d0;
+            }
+            let total = hsum_i32(acc) as i64 - qsums.iter().map(|&v| v as i64).sum::<i64>();
+            if let Some(d) = super::shared_scale(d0 as u16, n).filter(|_| differ == 0 && total != 0) {
+                return d * total as f64;
+            }
+        }
         let mut y: f64 = std::iter::empty::<f64>().sum();
         let mut b = 0;
         while b + 4 <= n {
@@ -393,6 +553,71 @@ mod tests {
         SimdLevel::ALL.into_iter().filter(|l| l.is_supported())
     }
 
+    /// The reference engine's sum of one TQ2_0 row: trits from memory's decoder, i64 sums,
+    /// f64 products added in block order.
+    fn reference_tq2_0_row_sum(row: &[u8], q: &[i8]) -> f64 {
+        let blocks = row.len() / 66;
+        let m = purebee_memory::quant::QuantMatrix::new(purebee_memory::DType::TQ2_0, row, 1, 256 * blocks)
+            .expect("one row");
+        let (mut trits, mut d) = (vec![0i8; 256 * blocks], vec![0f32; blocks]);
+        m.ternary_row(0, &mut trits, &mut d).expect("ternary");
+        d.iter()
+            .enumerate()
+            .map(|(b, &db)| {
+                let isum: i64 = (0..256).map(|e| trits[256 * b + e] as i64 * q[256 * b + e] as i64).sum();
+                db as f64 * isum as f64
+            })
+            .sum()
+    }
+
+    /// Rows whose blocks share one scale take the integer shortcut (`uniform_scale`): the
+    /// same bits as the reference, also where the total is zero but the blocks' sums are
+    /// not (the sign of that zero is the reference's order's), for negative, subnormal,
+    /// zero and infinite scales, and when only the first and last blocks agree.
+    #[test]
+    fn rows_with_one_scale_sum_as_the_reference_does() {
+        let (zero_pos, zero_neg) = (0x0000u16, 0x8000u16);
+        let scales = [0x3800u16, 0xb800, 0x4200, 0xc200, 0x0001, 0x8001, zero_pos, zero_neg, 0x7c00, 0xfc00];
+        for level in levels() {
+            for blocks in 1..=5usize {
+                for &d in &scales {
+                    for case in 0..4 {
+                        let mut row = vec![0u8; 66 * blocks];
+                        let mut q = vec![0i8; 256 * blocks];
+                        for b in 0..blocks {
+                            for m in 0..64 {
+                                // Blocks 2i and 2i + 1 mirror each other (codes c and 2 − c
+                                // where possible, same activations): case 0 makes their
+                                // trit sums cancel, so an even row's total is zero.
+                                let byte = ((b / 2) * 37 + m * 11 + case * 5) as u8;
+                                let codes = [0, 2, 4, 6].map(|sh| (byte >> sh) & 3);
+                                let c = if case == 0 && b % 2 == 1 {
+                                    codes.map(|c| 2u8.saturating_sub(c.min(2)))
+                                } else {
+                                    codes.map(|c| c.min(2))
+                                };
+                                row[66 * b + m] = c[0] | c[1] << 2 | c[2] << 4 | c[3] << 6;
+                            }
+                            // Case 3: only the first and last blocks share the scale.
+                            let db = if case == 3 && b > 0 && b + 1 < blocks { d ^ 0x0400 } else { d };
+                            row[66 * b + 64..66 * b + 66].copy_from_slice(&db.to_le_bytes());
+                            for e in 0..256 {
+                                q[256 * b + e] = (((b / 2) * 131 + e * 29 + case) % 255) as i8;
+                            }
+                        }
+                        let qsums: Vec<i32> = q.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
+                        let want = reference_tq2_0_row_sum(&row, &q);
+                        let got = tq2_0_row_sum(level, &row, &q, &qsums);
+                        assert!(
+                            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                            "{level} {blocks} blocks, d {d:#06x}, case {case}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn packed_and_unpacked_dots_agree_on_every_level() {
         let mut seed = 0x1234_5678u64;
@@ -422,26 +647,7 @@ mod tests {
                             row[66 * b + 64..66 * b + 66].copy_from_slice(&d.to_bits().to_le_bytes());
                         }
                         let qsums: Vec<i32> = qq.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
-                        // The reference engine's sum: trits from memory's decoder, i64 sums,
-                        // f64 products added in block order.
-                        let m = purebee_memory::quant::QuantMatrix::new(
-                            purebee_memory::DType::TQ2_0,
-                            &row,
-                            1,
-                            256 * blocks,
-                        )
-                        .expect("one row");
-                        let (mut trits, mut d) = (vec![0i8; 256 * blocks], vec![0f32; blocks]);
-                        m.ternary_row(0, &mut trits, &mut d).expect("ternary");
-                        let want: f64 = d
-                            .iter()
-                            .enumerate()
-                            .map(|(b, &db)| {
-                                let isum: i64 =
-                                    (0..256).map(|e| trits[256 * b + e] as i64 * qq[256 * b + e] as i64).sum();
-                                db as f64 * isum as f64
-                            })
-                            .sum();
+                        let want = reference_tq2_0_row_sum(&row, &qq);
                         let got = tq2_0_row_sum(level, &row, &qq, &qsums);
                         assert_eq!(
                             got.to_bits(),
@@ -451,28 +657,50 @@ mod tests {
                     }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");
-                    // Rows: the codes and a shifted copy; tokens: q and three rotations;
-                    // blocks of 128 with scales (b + 1 + r)/8 and arbitrary subtrahends.
+                    // Rows: the codes and a shifted copy; six tokens (a group of four and
+                    // one of two, its last token repeated): q and rotations of it; scales
+                    // (b + 1 + r)/8 and arbitrary subtrahends; blocks of 128 or the whole
+                    // row, run in panels that end inside blocks, at them, or run whole.
                     let c1: Vec<u8> = codes.iter().map(|&c| (c + 1) & 3).collect();
-                    let qs: Vec<Vec<i8>> =
-                        (0..4).map(|t| q.iter().cycle().skip(t * 5).take(q.len()).copied().collect()).collect();
-                    let d: Vec<Vec<f64>> =
-                        (0..2).map(|r| (0..n_chunks).map(|b| (b + 1 + r) as f64 / 8.0).collect()).collect();
-                    let sub: Vec<[i32; 4]> = (0..n_chunks).map(|b| [b as i32, -3, 7 * b as i32, 1]).collect();
-                    let got =
-                        tile_2x4(level, [&codes, &c1], [&qs[0], &qs[1], &qs[2], &qs[3]], 128, [&d[0], &d[1]], &sub);
-                    for (r, cr) in [&codes, &c1].iter().enumerate() {
-                        for (tok, qt) in qs.iter().enumerate() {
-                            let want: f64 = (0..n_chunks)
-                                .map(|b| {
-                                    let at = 128 * b..128 * b + 128;
-                                    let raw: i64 =
-                                        cr[at.clone()].iter().zip(&qt[at]).map(|(&a, &b)| a as i64 * b as i64).sum();
-                                    d[r][b] * (raw - sub[b][tok] as i64) as f64
-                                })
-                                .sum();
-                            let g = got[4 * r + tok];
-                            assert_eq!(g.to_bits(), want.to_bits(), "{level} 2x4 row {r} token {tok}: {g} vs {want}");
+                    let (n, k) = (6, 128 * n_chunks);
+                    let q_all: Vec<i8> = (0..n).flat_map(|t| q.iter().cycle().skip(t * 5).take(k).copied()).collect();
+                    for (block, panel) in [(128, 96), (128, 256), (k, 160), (k, k)] {
+                        let nb = k / block;
+                        let d: Vec<Vec<f64>> =
+                            (0..2).map(|r| (0..nb).map(|b| (b + 1 + r) as f64 / 8.0).collect()).collect();
+                        let sub = |t: usize, b: usize| [b as i32, -3, 7 * b as i32, 1, 2, -5][t];
+                        let subs: Vec<[i32; 4]> = (0..2)
+                            .flat_map(|g| (0..nb).map(move |b| [0, 1, 2, 3].map(|t| sub((4 * g + t).min(n - 1), b))))
+                            .collect();
+                        let mut got = vec![TileSums::default(); 2];
+                        let pair = [RowPair { c: [&codes, &c1], block, d: [&d[0], &d[1]], qsums: &subs }];
+                        for p0 in (0..k).step_by(panel) {
+                            tiles_2x4(level, &pair, &mut got, &q_all, k, p0..(p0 + panel).min(k));
+                        }
+                        for (r, cr) in [&codes, &c1].iter().enumerate() {
+                            for slot in 0..8 {
+                                let (g, lane) = (slot / 4, 4 * r + slot % 4);
+                                let tok = slot.min(n - 1);
+                                let qt = &q_all[tok * k..(tok + 1) * k];
+                                let want: f64 = (0..nb)
+                                    .map(|b| {
+                                        let at = block * b..block * (b + 1);
+                                        let raw: i64 = cr[at.clone()]
+                                            .iter()
+                                            .zip(&qt[at])
+                                            .map(|(&a, &b)| a as i64 * b as i64)
+                                            .sum();
+                                        d[r][b] * (raw - sub(tok, b) as i64) as f64
+                                    })
+                                    .sum();
+                                let y = got[g].y[lane];
+                                assert_eq!(
+                                    y.to_bits(),
+                                    want.to_bits(),
+                                    "{level} 2x4 row {r} token {tok}, blocks of {block}, panels of {panel}: {y} vs {want}"
+                                );
+                                assert_eq!(got[g].raw[lane], 0);
+                            }
                         }
                     }
                 }

@@ -26,6 +26,9 @@ use crate::store::{dims, mem, Store};
 
 /// Weight rows unpacked together in prefill.
 const TILE_ROWS: usize = 8;
+/// Elements per panel in prefill: the tile's codes (8 KiB) and four tokens' activations
+/// (4 KiB) over one panel fit the L1 cache with room to spare.
+const PANEL: usize = 1024;
 
 /// The int8 activations of one `x`, and the `x` (and its version) they came from.
 #[derive(Default)]
@@ -131,15 +134,28 @@ impl<'a> Ternary<'a> {
         &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
     }
 
-    /// The scale of block `b` of `row` (TQ2_0's and TQ1_0's f16 `d` after the block's
-    /// codes; I2_S's tensor scale).
+    /// The f16 bits of block `b`'s `d` in `row` (TQ2_0 and TQ1_0: after the block's codes).
+    fn block_scale_bits(&self, row: &[u8], b: usize) -> u16 {
+        let (bb, dd) = if self.dtype == DType::TQ2_0 { (66, 64) } else { (54, 52) };
+        u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]])
+    }
+
+    /// The scale of block `b` of `row` (I2_S: the tensor's).
     fn block_scale(&self, row: &[u8], b: usize) -> f32 {
-        let (bb, dd) = match self.dtype {
-            DType::I2_S => return self.i2s_scale,
-            DType::TQ2_0 => (66, 64),
-            _ => (54, 52),
-        };
-        f16_to_f32(u16::from_le_bytes([row[bb * b + dd], row[bb * b + dd + 1]]))
+        match self.dtype {
+            DType::I2_S => self.i2s_scale,
+            _ => f16_to_f32(self.block_scale_bits(row, b)),
+        }
+    }
+
+    /// Row `j`'s one scale when all its blocks share it ([`t::uniform_scale`]); an I2_S
+    /// row is one block already.
+    fn uniform_scale(&self, j: usize) -> Option<f64> {
+        let row = self.row(j);
+        match self.dtype {
+            DType::I2_S => None,
+            _ => t::uniform_scale((0..self.blocks()).map(|b| self.block_scale_bits(row, b))),
+        }
     }
 
     /// Row `j`'s scale per block, widened to f64.
@@ -260,10 +276,14 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
     // Σ q per scale block, per token; then per group of four tokens (a missing token
     // repeats the last), per block.
     let qsums: Vec<Vec<i32>> = (0..n).map(|t| acts.block_sums(t, block)).collect();
-    let subs: Vec<Vec<[i32; 4]>> = (0..n)
-        .step_by(4)
-        .map(|t0| (0..blocks).map(|b| [0, 1, 2, 3].map(|t| qsums[(t0 + t).min(n - 1)][b])).collect())
+    let groups = n.div_ceil(4);
+    let subs: Vec<[i32; 4]> = (0..groups) // [groups, blocks]
+        .flat_map(|g| (0..blocks).map(move |b| (g, b)))
+        .map(|(g, b)| [0, 1, 2, 3].map(|t| qsums[(4 * g + t).min(n - 1)][b]))
         .collect();
+    let totals: Vec<[i32; 4]> = // [groups, 1]
+        subs.chunks(blocks.max(1)).map(|g| g.iter().fold([0; 4], |a, s| [0, 1, 2, 3].map(|t| a[t] + s[t]))).collect();
+    let q_all = &acts.q[..n * k];
     let mut by_row = vec![0f32; m * n];
     pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
@@ -275,17 +295,41 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
         for (r, dr) in d.chunks_exact_mut(blocks.max(1)).enumerate() {
             w.scales(i * TILE_ROWS + r, dr);
         }
-        // Two rows × four tokens at a time; a missing row or token repeats the last one
-        // (its sums are computed and dropped).
-        for r0 in (0..rows).step_by(2) {
-            let rr = [r0.min(rows - 1), (r0 + 1).min(rows - 1)];
+        // Two rows × four tokens at a time; a missing row repeats the last one (its sums
+        // are computed and dropped). The rows' codes over one panel of elements stay in L1
+        // while every token's activations for that panel go past them.
+        let pairs = rows.div_ceil(2);
+        let pair_rows = |pair: usize| [2 * pair, (2 * pair + 1).min(rows - 1)];
+        // A pair of rows whose blocks each share one scale sums whole rows in integers, as
+        // one block of k (`t::uniform_scale` says why that is the reference's sum).
+        let uniform: Vec<Option<[[f64; 1]; 2]>> = (0..pairs)
+            .map(|pair| {
+                let [a, b] = pair_rows(pair).map(|r| w.uniform_scale(i * TILE_ROWS + r));
+                Some([[a?], [b?]])
+            })
+            .collect();
+        let row_pair = |pair: usize, per_block: bool| {
+            let rr = pair_rows(pair);
             let c = rr.map(|r| &codes[r * k..(r + 1) * k]);
-            let dr = rr.map(|r| &d[r * blocks..(r + 1) * blocks]);
-            for t0 in (0..n).step_by(4) {
-                let tok = [0, 1, 2, 3].map(|t| (t0 + t).min(n - 1));
-                let y = t::tile_2x4(level, c, tok.map(|t| acts.q(t)), block, dr, &subs[t0 / 4]);
-                for (lane, &a) in y.iter().enumerate() {
-                    let (r, t) = (r0 + lane / 4, t0 + lane % 4);
+            match &uniform[pair] {
+                Some([d0, d1]) if !per_block => t::RowPair { c, block: k, d: [d0, d1], qsums: &totals },
+                _ => t::RowPair { c, block, d: rr.map(|r| &d[r * blocks..(r + 1) * blocks]), qsums: &subs },
+            }
+        };
+        let row_pairs: Vec<t::RowPair> = (0..pairs).map(|pair| row_pair(pair, false)).collect();
+        let mut sums = vec![t::TileSums::default(); pairs * groups]; // [pairs, groups]
+        for p0 in (0..k).step_by(PANEL) {
+            t::tiles_2x4(level, &row_pairs, &mut sums, q_all, k, p0..(p0 + PANEL).min(k));
+        }
+        for (pair, pair_sums) in sums.chunks_exact_mut(groups).enumerate() {
+            // A zero total from a whole-row sum: the sign of zero is the reference's order's.
+            if uniform[pair].is_some() && pair_sums.iter().any(|s| s.y.contains(&0.0)) {
+                pair_sums.fill(t::TileSums::default());
+                t::tiles_2x4(level, &[row_pair(pair, true)], pair_sums, q_all, k, 0..k);
+            }
+            for (g, s) in pair_sums.iter().enumerate() {
+                for (lane, &a) in s.y.iter().enumerate() {
+                    let (r, t) = (2 * pair + lane / 4, 4 * g + lane % 4);
                     if r < rows && t < n {
                         o[r * n + t] = ((a / acts.s[t] as f64) * out_scale) as f32;
                     }
@@ -293,5 +337,5 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
             }
         }
     });
-    transpose(&by_row, m, n, out);
+    transpose(pool, &by_row, m, n, out);
 }

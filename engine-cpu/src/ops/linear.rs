@@ -119,14 +119,21 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Weights, x: &[f32], n: usize, out: &m
             }
         }
     });
-    transpose(&by_row, m, n, out);
+    transpose(pool, &by_row, m, n, out);
 }
 
-/// `out[t · m + j] = by_row[j · n + t]`.
-pub(crate) fn transpose(by_row: &[f32], m: usize, n: usize, out: &mut [f32]) {
-    for (j, row) in by_row.chunks_exact(n.max(1)).enumerate().take(m) {
-        for (t, &v) in row.iter().enumerate() {
-            out[t * m + j] = v;
+/// `out[t · m + j] = by_row[j · n + t]`, a few tokens per task: each task reads short runs
+/// of `by_row`'s rows and writes a few whole rows of `out`, so neither side strides
+/// through memory one element per cache line.
+pub(crate) fn transpose(pool: &Pool, by_row: &[f32], m: usize, n: usize, out: &mut [f32]) {
+    const TOKENS: usize = 16;
+    pool.for_each_chunk(out, TOKENS * m, &|i, o| {
+        let t0 = i * TOKENS;
+        let tokens = o.len() / m.max(1);
+        for (j, row) in by_row.chunks_exact(n.max(1)).enumerate().take(m) {
+            for (t, &v) in row[t0..t0 + tokens].iter().enumerate() {
+                o[t * m + j] = v;
+            }
         }
-    }
+    });
 }
