@@ -4,7 +4,9 @@
 //! module is safe Rust (`tests/tests/architecture.rs` checks both).
 
 pub mod linear;
+pub(crate) mod math;
 pub mod pool;
+pub mod silu;
 pub mod simd;
 pub mod ternary;
 

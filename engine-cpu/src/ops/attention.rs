@@ -10,8 +10,9 @@ use purebee_isa::ops::Attention;
 use purebee_isa::ExecError;
 
 use super::kv_write::check_fits;
-use super::{f32s_mut, math, Exec};
+use super::{f32s_mut, Exec};
 use crate::kernels::linear::dot;
+use crate::kernels::math;
 use crate::kernels::SimdLevel;
 use crate::store::dims;
 

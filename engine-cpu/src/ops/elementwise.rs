@@ -1,11 +1,11 @@
 //! TENSOR_ADD, ELEMENT_MUL (exactly rounded f32 operations, bit for bit the reference's),
-//! SILU (fast exp), RELU2 (one f32 product: the reference's f64 square rounded once is the
+//! SILU (the kernels' vectorized loop), RELU2 (one f32 product: the reference's f64 square rounded once is the
 //! same value), GELU (the reference's f64 formula; no model here runs it in a hot loop).
 
 use purebee_isa::ops::{Binary, Unary};
 use purebee_isa::ExecError;
 
-use super::{f32s_mut, input, math, maybe_aliased, Exec};
+use super::{f32s_mut, input, maybe_aliased, Exec};
 
 /// Elements per task: one decode step's vectors (a few thousand) stay on the calling
 /// thread; a prefill's (tokens × width) are spread over the pool.
@@ -30,30 +30,28 @@ pub(crate) fn binary(e: &mut Exec, op: &'static str, i: &Binary, f: fn(f32, f32)
     })
 }
 
-/// `out_i = f(x_i)`; `out` may be `x`.
-pub(crate) fn unary(e: &mut Exec, op: &'static str, i: &Unary, f: fn(f32) -> f32) -> Result<(), ExecError> {
+/// `out = f(x)` element by element (`f` maps a run of `x` to the same run of `out`);
+/// `out` may be `x`.
+pub(crate) fn unary(
+    e: &mut Exec,
+    op: &'static str,
+    i: &Unary,
+    f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
+) -> Result<(), ExecError> {
     let x_copy = maybe_aliased(e, op, i.x, i.out)?;
     let (reg, pool) = (e.reg, e.pool);
     e.store.with_output(reg, op, i.out, |store, words| {
         let x = input(store, reg, op, i.x, &x_copy)?;
         let out = f32s_mut(words, x.len());
-        pool.for_each_chunk(out, CHUNK, &|c, o| {
-            for (o, &v) in o.iter_mut().zip(&x[c * CHUNK..]) {
-                *o = f(v);
-            }
-        });
+        pool.for_each_chunk(out, CHUNK, &|c, o| f(&x[c * CHUNK..c * CHUNK + o.len()], o));
         Ok(())
     })
 }
 
-/// SILU `x / (1 + e^(−x))`, as `x·e^x / (1 + e^x)` for negative `x` so that large negative
-/// inputs keep their tiny (subnormal) results instead of dividing by infinity.
-pub(crate) fn silu(x: f32) -> f32 {
-    if x < 0.0 {
-        let t = math::exp(x);
-        x * t / (1.0 + t)
-    } else {
-        x / (1.0 + math::exp(-x))
+/// `out_i = f(x_i)`.
+pub(crate) fn map(x: &[f32], out: &mut [f32], f: fn(f32) -> f32) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = f(v);
     }
 }
 

@@ -7,7 +7,6 @@ mod elementwise;
 mod embed;
 mod kv_write;
 mod linear;
-mod math;
 mod rope;
 mod rows;
 
@@ -50,9 +49,14 @@ pub(crate) fn run(e: &mut Exec, program: &Program, i: &Instruction, params: &[Pa
         Instruction::BitLinear(x) => bitlinear::run(e, x),
         Instruction::TensorAdd(x) => elementwise::binary(e, "TENSOR_ADD", x, |a, b| a + b),
         Instruction::ElementMul(x) => elementwise::binary(e, "ELEMENT_MUL", x, |a, b| a * b),
-        Instruction::Silu(x) => elementwise::unary(e, "SILU", x, elementwise::silu),
-        Instruction::Relu2(x) => elementwise::unary(e, "RELU2", x, elementwise::relu2),
-        Instruction::Gelu(x) => elementwise::unary(e, "GELU", x, elementwise::gelu),
+        Instruction::Silu(x) => {
+            let level = e.level;
+            elementwise::unary(e, "SILU", x, &|x, out| crate::kernels::silu::silu(level, x, out))
+        }
+        Instruction::Relu2(x) => {
+            elementwise::unary(e, "RELU2", x, &|x, out| elementwise::map(x, out, elementwise::relu2))
+        }
+        Instruction::Gelu(x) => elementwise::unary(e, "GELU", x, &|x, out| elementwise::map(x, out, elementwise::gelu)),
         Instruction::Softmax(x) => rows::softmax(e, x),
         Instruction::Rope(r) => {
             let base = program.resolve_f32(r.base, params)?;

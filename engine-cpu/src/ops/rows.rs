@@ -4,7 +4,8 @@
 use purebee_isa::ops::{Argmax, RmsNorm, Softmax};
 use purebee_isa::ExecError;
 
-use super::{f32s_mut, input, math, maybe_aliased, Exec};
+use super::{f32s_mut, input, maybe_aliased, Exec};
+use crate::kernels::math;
 use crate::store::dims;
 
 /// `out_i = x_i / sqrt(mean(x²) + eps) · w_i`: the mean of squares in f64 (eight partial

@@ -11,6 +11,13 @@ pub(crate) fn exp(x: f32) -> f32 {
     if !(x > -87.0 && x < 88.0) {
         return (x as f64).exp() as f32;
     }
+    exp_in_range(x)
+}
+
+/// [`exp`]'s polynomial path, for `x` in [−87, 88) (branch-free, so loops over it
+/// vectorize).
+#[inline(always)]
+pub(crate) fn exp_in_range(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
