@@ -296,29 +296,25 @@ mod x86 {
                 hsum(sum) + tail
             }
             DType::Q8_0 => {
-                // Two running totals (even and odd blocks) and a tree inside each block keep
-                // the FMA latency chains short.
-                let mut total = [_mm256_setzero_ps(); 2];
-                for (i, (b, xs)) in row.chunks_exact(34).zip(x.chunks_exact(32)).enumerate() {
+                // Σ x·code per block, scaled by d once; two blocks per step, each with its
+                // running total in a register, keep the FMA latency chains short.
+                let block = |b: &[u8], xs: &[f32]| {
                     let p0 = _mm256_fmadd_ps(load(xs, 8), i8x8(&b[10..]), _mm256_mul_ps(load(xs, 0), i8x8(&b[2..])));
                     let p1 = _mm256_fmadd_ps(load(xs, 24), i8x8(&b[26..]), _mm256_mul_ps(load(xs, 16), i8x8(&b[18..])));
-                    let t = &mut total[i % 2];
-                    *t = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(f16_at(b, 0)), *t);
-                }
-                hsum(_mm256_add_ps(total[0], total[1]))
+                    (_mm256_add_ps(p0, p1), _mm256_set1_ps(f16_at(b, 0)))
+                };
+                two_blocks_at_a_time(row, x, 34, block)
             }
             DType::Q4_0 => {
                 let eight = _mm256_set1_epi32(8);
-                let mut total = [_mm256_setzero_ps(); 2];
-                for (i, (b, xs)) in row.chunks_exact(18).zip(x.chunks_exact(32)).enumerate() {
+                let block = |b: &[u8], xs: &[f32]| {
                     let c = q4_codes(&b[2..]);
                     let code = |g: usize| _mm256_cvtepi32_ps(_mm256_sub_epi32(c[g], eight));
                     let p0 = _mm256_fmadd_ps(load(xs, 8), code(1), _mm256_mul_ps(load(xs, 0), code(0)));
                     let p1 = _mm256_fmadd_ps(load(xs, 24), code(3), _mm256_mul_ps(load(xs, 16), code(2)));
-                    let t = &mut total[i % 2];
-                    *t = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(f16_at(b, 0)), *t);
-                }
-                hsum(_mm256_add_ps(total[0], total[1]))
+                    (_mm256_add_ps(p0, p1), _mm256_set1_ps(f16_at(b, 0)))
+                };
+                two_blocks_at_a_time(row, x, 18, block)
             }
             DType::Q4_1 => {
                 // One accumulator per group of 8 elements: four independent chains.
@@ -336,6 +332,34 @@ mod x86 {
             }
             _ => super::dot_row_portable(dtype, row, x),
         }
+    }
+
+    /// `Σ_b d_b · S_b` over a row's blocks of 32 (`block_bytes` each), where `block(b, x)`
+    /// gives a block's eight partial sums `S_b` and its `d` broadcast: two blocks per step,
+    /// each into its own register total.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn two_blocks_at_a_time(
+        row: &[u8],
+        x: &[f32],
+        block_bytes: usize,
+        block: impl Fn(&[u8], &[f32]) -> (__m256, __m256),
+    ) -> f32 {
+        let (mut t0, mut t1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (b, xs) in row.chunks_exact(2 * block_bytes).zip(x.chunks_exact(64)) {
+            let (s0, d0) = block(&b[..block_bytes], &xs[..32]);
+            let (s1, d1) = block(&b[block_bytes..], &xs[32..]);
+            t0 = _mm256_fmadd_ps(s0, d0, t0);
+            t1 = _mm256_fmadd_ps(s1, d1, t1);
+        }
+        let done = row.len() / (2 * block_bytes);
+        if let (Some(b), Some(xs)) = (row.get(2 * done * block_bytes..), x.get(64 * done..)) {
+            if b.len() >= block_bytes && xs.len() >= 32 {
+                let (s, d) = block(&b[..block_bytes], &xs[..32]);
+                t0 = _mm256_fmadd_ps(s, d, t0);
+            }
+        }
+        hsum(_mm256_add_ps(t0, t1))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
