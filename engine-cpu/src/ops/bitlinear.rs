@@ -223,9 +223,16 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scal
         let qsums = acts.block_sums(0, w.block_len());
         let s = acts.s[0] as f64;
         pool.for_each_chunk(out, chunk, &|i, o| {
-            for (jj, y) in o.iter_mut().enumerate() {
-                let sum = t::tq2_0_row_sum(level, w.row(i * chunk + jj), q, &qsums);
-                *y = ((sum / s) * out_scale) as f32;
+            // The sums of a run of rows first, then their scaling: the f64 divisions then
+            // overlap instead of each waiting behind the next row's kernel call.
+            let mut sums = [0f64; 64];
+            for (c, ys) in o.chunks_mut(sums.len()).enumerate() {
+                for (jj, sum) in sums[..ys.len()].iter_mut().enumerate() {
+                    *sum = t::tq2_0_row_sum(level, w.row(i * chunk + 64 * c + jj), q, &qsums);
+                }
+                for (y, &sum) in ys.iter_mut().zip(&sums) {
+                    *y = ((sum / s) * out_scale) as f32;
+                }
             }
         });
         return;
