@@ -288,8 +288,12 @@ fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize
         .flat_map(|g| (0..blocks).map(move |b| (g, b)))
         .map(|(g, b)| [0, 1, 2, 3].map(|t| qsums[(4 * g + t).min(n - 1)][b]))
         .collect();
+    // Read only for rows of at most `MAX_UNIFORM_BLOCKS` blocks, whose totals fit an i32;
+    // longer rows' may wrap, unread.
     let totals: Vec<[i32; 4]> = // [groups, 1]
-        subs.chunks(blocks.max(1)).map(|g| g.iter().fold([0; 4], |a, s| [0, 1, 2, 3].map(|t| a[t] + s[t]))).collect();
+        subs.chunks(blocks.max(1))
+            .map(|g| g.iter().fold([0i32; 4], |a, s| [0, 1, 2, 3].map(|t| a[t].wrapping_add(s[t]))))
+            .collect();
     let q_all = &acts.q[..n * k];
     let mut by_row = vec![0f32; m * n];
     pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
