@@ -28,6 +28,9 @@ pub fn dot_row(level: SimdLevel, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `SimdLevel::Avx2` is only chosen when the CPU supports AVX2/FMA/F16C.
         SimdLevel::Avx2 => unsafe { x86::dot_row(dtype, row, x) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::dot_row(dtype, row, x) },
         _ => dot_row_portable(dtype, row, x),
     }
 }

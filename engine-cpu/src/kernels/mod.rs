@@ -5,6 +5,8 @@
 
 pub mod linear;
 pub(crate) mod math;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 pub mod pool;
 pub mod silu;
 pub mod simd;

@@ -12,19 +12,22 @@ pub enum SimdLevel {
     /// x86_64 with AVX2, FMA and F16C (Haswell, Zen and later): 256-bit integer dot
     /// products (`vpmaddubsw`) for ternary weights, FMA for float weights.
     Avx2,
+    /// aarch64's baseline Advanced SIMD: widening multiplies (`smull`, `smlal2`, `sadalp`) for ternary
+    /// weights, FMA for float weights.
+    Neon,
+    /// aarch64 with the dot-product extension (ARMv8.2 `dotprod`): `sdot` for ternary
+    /// weights, otherwise as [`SimdLevel::Neon`].
+    NeonDot,
 }
 
 impl SimdLevel {
-    /// Every level, slowest first.
-    pub const ALL: [SimdLevel; 2] = [SimdLevel::Portable, SimdLevel::Avx2];
+    /// Every level, slowest first (each architecture's own levels in that order; a CPU
+    /// supports the portable level and some of one architecture's).
+    pub const ALL: [SimdLevel; 4] = [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Neon, SimdLevel::NeonDot];
 
     /// The fastest level this CPU supports.
     pub fn detect() -> SimdLevel {
-        if SimdLevel::Avx2.is_supported() {
-            SimdLevel::Avx2
-        } else {
-            SimdLevel::Portable
-        }
+        SimdLevel::ALL.into_iter().rev().find(|l| l.is_supported()).unwrap_or(SimdLevel::Portable)
     }
 
     /// True when this CPU can run the level's kernels.
@@ -32,6 +35,8 @@ impl SimdLevel {
         match self {
             SimdLevel::Portable => true,
             SimdLevel::Avx2 => avx2_supported(),
+            SimdLevel::Neon => neon_supported(false),
+            SimdLevel::NeonDot => neon_supported(true),
         }
     }
 
@@ -40,6 +45,8 @@ impl SimdLevel {
         match self {
             SimdLevel::Portable => "portable",
             SimdLevel::Avx2 => "avx2",
+            SimdLevel::Neon => "neon",
+            SimdLevel::NeonDot => "neon-dot",
         }
     }
 
@@ -62,5 +69,16 @@ fn avx2_supported() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_supported() -> bool {
+    false
+}
+
+/// NEON, and `dotprod` too when `dot`.
+#[cfg(target_arch = "aarch64")]
+fn neon_supported(dot: bool) -> bool {
+    std::arch::is_aarch64_feature_detected!("neon") && (!dot || std::arch::is_aarch64_feature_detected!("dotprod"))
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn neon_supported(_dot: bool) -> bool {
     false
 }

@@ -63,6 +63,9 @@ pub fn packed_dot(level: SimdLevel, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::packed_dot(chunks, shifts, q) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::packed_dot(level, chunks, shifts, q) },
         _ => packed_dot_portable(chunks, shifts, q),
     }
 }
@@ -86,6 +89,9 @@ pub fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::tq2_0_row_sum(row, q, qsums) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tq2_0_row_sum(level, row, q, qsums) },
         _ => {
             let zero: f64 = std::iter::empty::<f64>().sum();
             qsums.iter().enumerate().fold(zero, |y, (b, &qsum)| {
@@ -177,6 +183,9 @@ pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::tiles_2x4(pairs, sums, q, k, at, groups) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tiles_2x4(level, pairs, sums, q, k, at, groups) },
         _ => {
             for g in 0..groups {
                 for (i, p) in pairs.iter().enumerate() {
@@ -199,7 +208,7 @@ pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: 
 
 /// The activations of the tokens of group `g` (`4g .. 4g + 4`, the last token repeated
 /// past the end).
-fn group_tokens(q: &[i8], k: usize, g: usize) -> [&[i8]; 4] {
+pub(super) fn group_tokens(q: &[i8], k: usize, g: usize) -> [&[i8]; 4] {
     let n = q.len() / k;
     [0, 1, 2, 3].map(|t| &q[(4 * g + t).min(n - 1) * k..][..k])
 }
@@ -237,6 +246,9 @@ pub fn codes_dot(level: SimdLevel, codes: &[u8], q: &[i8]) -> i32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::codes_dot(codes, q) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::codes_dot(level, codes, q) },
         _ => codes.iter().zip(q).map(|(&c, &qi)| c as i32 * qi as i32).sum(),
     }
 }

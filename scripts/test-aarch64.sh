@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Cross-builds the CPU engine for aarch64 Linux and runs its tests under qemu-user, twice:
+# on qemu's `max` CPU (NEON and dotprod: levels neon and neon-dot) and on a Cortex-A72
+# (NEON without dotprod: neon only, and neon-dot falls back); then, on `max`, the
+# per-instruction differential tests of the CPU engine against the reference engine (the
+# tests named `cpu`; GPU tests are not run: qemu has no GPU). The end-to-end model checks
+# are left to native runs: emulated, one took over ten minutes. Installs the cross linker,
+# the aarch64 C library and qemu-user first when missing (Debian/Ubuntu: as root or with
+# sudo), and the Rust target. Extra arguments go to `cargo test` (a test filter: `-- neon`).
+#
+# The build goes to $CARGO_TARGET_DIR, by default target/aarch64-qemu: its own directory,
+# so that it neither waits for nor disturbs builds for the host.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target=aarch64-unknown-linux-gnu
+missing=()
+for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=$([ "$(id -u)" = 0 ] || echo sudo)
+  $sudo apt-get update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y "${missing[@]}"
+fi
+rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+
+# Set here rather than in .cargo/config.toml, which would also apply to native aarch64 builds.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/aarch64-qemu}"
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+for cpu in max cortex-a72; do
+  echo "== engine-cpu tests on qemu-aarch64 -cpu $cpu"
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu $cpu -L /usr/aarch64-linux-gnu" \
+    cargo test --release -p purebee-engine-cpu --target "$target" "$@"
+done
+echo "== CPU engine vs reference engine on qemu-aarch64 -cpu max"
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu" \
+  PUREBEE_SKIP_GPU_TESTS=1 PUREBEE_SKIP_SMOLLM2=1 \
+  cargo test --release -p purebee-tests --target "$target" \
+  --test attention --test bitlinear --test elementwise --test embed --test kv_write --test linear \
+  --test memory --test rope --test rows -- cpu
