@@ -183,14 +183,7 @@ fn tiles<const SDOT: bool>(
     at: Range<usize>,
     groups: usize,
 ) {
-    for g in 0..groups {
-        let tok = ternary::group_tokens(q, k, g);
-        for (i, p) in pairs.iter().enumerate() {
-            let blocks = k.div_ceil(p.block);
-            let qsums = &p.qsums[g * blocks..(g + 1) * blocks];
-            tile::<SDOT>(p, tok, at.clone(), qsums, &mut sums[i * groups + g]);
-        }
-    }
+    ternary::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| tile::<SDOT>(p, tok, at.clone(), qs, s));
 }
 
 /// One 2-row × 4-token tile over elements `at`: eight vector sums (lane `4r + t`) per

@@ -186,31 +186,32 @@ pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: 
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tiles_2x4(level, pairs, sums, q, k, at, groups) },
-        _ => {
-            for g in 0..groups {
-                for (i, p) in pairs.iter().enumerate() {
-                    let blocks = k.div_ceil(p.block);
-                    let qs = &p.qsums[g * blocks..(g + 1) * blocks];
-                    tile_2x4_portable(
-                        p.c,
-                        group_tokens(q, k, g),
-                        at.clone(),
-                        p.block,
-                        p.d,
-                        qs,
-                        &mut sums[i * groups + g],
-                    );
-                }
-            }
-        }
+        _ => for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| {
+            tile_2x4_portable(p.c, tok, at.clone(), p.block, p.d, qs, s)
+        }),
     }
 }
 
-/// The activations of the tokens of group `g` (`4g .. 4g + 4`, the last token repeated
-/// past the end).
-pub(super) fn group_tokens(q: &[i8], k: usize, g: usize) -> [&[i8]; 4] {
+/// Calls `tile(pair, tokens, Σq per block, sums)` for every group of four tokens (outer;
+/// a missing token repeats the last) and every pair of rows (inner): the order that keeps
+/// one group's activations in L1. Inlined into each SIMD level's kernel.
+#[inline(always)]
+pub(super) fn for_each_tile(
+    pairs: &[RowPair],
+    sums: &mut [TileSums],
+    q: &[i8],
+    k: usize,
+    groups: usize,
+    mut tile: impl FnMut(&RowPair, [&[i8]; 4], &[[i32; 4]], &mut TileSums),
+) {
     let n = q.len() / k;
-    [0, 1, 2, 3].map(|t| &q[(4 * g + t).min(n - 1) * k..][..k])
+    for g in 0..groups {
+        let tok = [0, 1, 2, 3].map(|t| &q[(4 * g + t).min(n - 1) * k..][..k]);
+        for (i, p) in pairs.iter().enumerate() {
+            let blocks = k.div_ceil(p.block);
+            tile(p, tok, &p.qsums[g * blocks..(g + 1) * blocks], &mut sums[i * groups + g]);
+        }
+    }
 }
 
 /// One tile of [`tiles_2x4`], in scalar code.
@@ -371,14 +372,9 @@ mod x86 {
         at: Range<usize>,
         groups: usize,
     ) {
-        for g in 0..groups {
-            let tok = super::group_tokens(q, k, g);
-            for (i, p) in pairs.iter().enumerate() {
-                let blocks = k.div_ceil(p.block);
-                let qs = &p.qsums[g * blocks..(g + 1) * blocks];
-                tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, &mut sums[i * groups + g]);
-            }
-        }
+        super::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| {
+            tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, s)
+        });
     }
 
     /// One tile of [`tiles_2x4`].
