@@ -184,15 +184,14 @@ impl<'a> Ternary<'a> {
         }
     }
 
-    /// `y = Σ_b d_b · isum_b / s · scale` for rows `j0 .. j0 + out.len()` and token `r`,
-    /// their raw code sums per scale block in `raws` (`[rows, blocks]`). The rows' f64 sums
-    /// run interleaved (independent chains), each in the reference's order:
-    /// `0 + t_0 + t_1 + ...`, as `Iterator::sum` adds.
-    fn finish_rows(&self, j0: usize, acts: &Activations, r: usize, out_scale: f64, raws: &[i32], out: &mut [f32]) {
+    /// `y = Σ_b d_b · isum_b / s · scale` for rows `j0 .. j0 + out.len()` and one token
+    /// (its `Σ q` per scale block `qsums`, its activation scale `s`), their raw code sums
+    /// per scale block in `raws` (`[rows, blocks]`). The rows' f64 sums run interleaved
+    /// (independent chains), each in the reference's order: `0 + t_0 + t_1 + ...`, as
+    /// `Iterator::sum` adds.
+    fn finish_rows(&self, j0: usize, qsums: &[i32], s: f64, out_scale: f64, raws: &[i32], out: &mut [f32]) {
         const ROWS: usize = 4;
         let nb = self.blocks();
-        let qsums = acts.block_sums(r, self.block_len());
-        let s = acts.s[r] as f64;
         let zero: f64 = std::iter::empty::<f64>().sum();
         for (g, ys) in out.chunks_mut(ROWS).enumerate() {
             let mut acc = [zero; ROWS];
@@ -218,10 +217,11 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scal
     let chunk = rows_per_task(pool, out.len());
     let q = acts.q(0);
     let nb = w.blocks();
+    // Σ q per scale block and the activation scale, once for every task.
+    let qsums = acts.block_sums(0, w.block_len());
+    let s = acts.s[0] as f64;
     if w.dtype == DType::TQ2_0 {
-        // Σ q per 256-element block, then each row's whole sum in one kernel call.
-        let qsums = acts.block_sums(0, w.block_len());
-        let s = acts.s[0] as f64;
+        // Each row's whole sum in one kernel call.
         pool.for_each_chunk(out, chunk, &|i, o| {
             // The sums of a run of rows first, then their scaling: the f64 divisions then
             // overlap instead of each waiting behind the next row's kernel call.
@@ -253,7 +253,7 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scal
                 }
             }
         }
-        w.finish_rows(i * chunk, acts, 0, out_scale, &raws, o);
+        w.finish_rows(i * chunk, &qsums, s, out_scale, &raws, o);
     });
 }
 
