@@ -208,7 +208,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let file = GgufFile::open(&args.model)?;
     let engine = engine_choice::create(&args.engine)?;
     let load_start = Instant::now();
-    let mut model = Model::load(engine, &file, n_ctx)
+    let mut model = Model::load_with(engine, &file, n_ctx, args.engine.activations())
         .map_err(|source| BenchError::Load { file: args.model.clone(), source: Box::new(source) })?;
     let load_seconds = load_start.elapsed().as_secs_f64();
     let config = model.config().clone();

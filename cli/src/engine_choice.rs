@@ -1,11 +1,13 @@
 //! `--engine ref|cpu|gpu|auto` and `-t/--threads`: which engine runs the model, said on
-//! stderr.
+//! stderr; `--f32-activations`: how it feeds block-quantized weights.
 
 use clap::{Args, ValueEnum};
 use purebee_engine_cpu::{CpuEngine, CpuOptions, SimdLevel};
 use purebee_engine_gpu::{GpuEngine, GpuError, GpuOptions};
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
+use purebee_memory::gguf::GgufFile;
+use purebee_runtime::{Model, ModelError, QuantizedActivations};
 
 use crate::CliError;
 
@@ -32,6 +34,27 @@ pub struct EngineArgs {
     /// clamped to them.
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Multiply Q4_0/Q4_1/Q8_0 weights by the f32 activations instead of rounding the
+    /// activations to int8 blocks of 32 as llama.cpp does (exact, slower on the CPU).
+    #[arg(long)]
+    pub f32_activations: bool,
+}
+
+impl EngineArgs {
+    /// The activation rounding these flags ask for.
+    pub fn activations(&self) -> QuantizedActivations {
+        if self.f32_activations {
+            QuantizedActivations::F32
+        } else {
+            QuantizedActivations::Int8
+        }
+    }
+
+    /// The chosen engine with `file`'s model loaded on it, with a KV cache of `n_ctx`.
+    pub fn load_model(&self, file: &GgufFile, n_ctx: usize) -> Result<Model<Box<dyn Engine>>, CliError> {
+        let engine = create(self)?;
+        Model::load_with(engine, file, n_ctx, self.activations()).map_err(|e: ModelError| e.into())
+    }
 }
 
 /// Creates the chosen engine, saying on stderr which adapter and engine run.

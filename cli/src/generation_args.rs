@@ -7,7 +7,7 @@ use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::{Model, ModelConfig};
 
-use crate::engine_choice::{self, EngineArgs};
+use crate::engine_choice::EngineArgs;
 use crate::CliError;
 
 /// Sampling, context and engine flags (names as llama.cpp users know them).
@@ -72,12 +72,11 @@ impl GenerationArgs {
 
     /// The model of `file` on the chosen engine, with the chosen context.
     pub fn load_model(&self, file: &GgufFile) -> Result<Model<Box<dyn Engine>>, CliError> {
-        let engine = engine_choice::create(&self.engine)?;
         let n_ctx = match self.ctx_size {
             Some(c) => c,
             None => ModelConfig::from_gguf(file)?.n_ctx_train.min(4096),
         };
-        Ok(Model::load(engine, file, n_ctx)?)
+        self.engine.load_model(file, n_ctx)
     }
 }
 

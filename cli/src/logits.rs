@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::{LogitsRows, Model};
+use purebee_runtime::LogitsRows;
 
-use crate::engine_choice::{self, EngineArgs};
+use crate::engine_choice::EngineArgs;
 use crate::{npy, CliError};
 
 /// How the sequence goes through the model.
@@ -43,9 +43,8 @@ pub struct LogitsArgs {
 /// Runs `logits`.
 pub fn run(args: &LogitsArgs) -> Result<(), CliError> {
     let file = GgufFile::open(&args.model)?;
-    let engine = engine_choice::create(&args.engine)?;
     let n_ctx = args.ctx_size.unwrap_or(args.tokens.len()).max(1);
-    let mut model = Model::load(engine, &file, n_ctx)?;
+    let mut model = args.engine.load_model(&file, n_ctx)?;
     let vocab = model.config().n_vocab;
     let data = match args.mode {
         Mode::Prefill => model.forward(&args.tokens, 0, LogitsRows::All)?,

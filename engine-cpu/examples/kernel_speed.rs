@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use purebee_engine_cpu::kernels::linear::dot_row;
+use purebee_engine_cpu::kernels::linear_int8;
 use purebee_engine_cpu::kernels::ternary::tq2_0_row_sum;
 use purebee_engine_cpu::SimdLevel;
 use purebee_memory::DType;
@@ -42,6 +43,26 @@ fn main() {
             let elems = (reps * rows * k) as f64;
             println!(
                 "{dtype:?} {rows} rows: {:.2} ns/block of 32, {:.1} GB/s ({s})",
+                secs / (elems / 32.0) * 1e9,
+                (reps * rows * row_bytes) as f64 / secs / 1e9
+            );
+            if !linear_int8::supports(dtype) {
+                continue;
+            }
+            // The same rows against int8-block activations.
+            let q: Vec<i8> = (0..k).map(|i| (i * 13 % 255) as i8).map(|v| v.max(-127)).collect();
+            let inv_scale = vec![0.01f32; k / 32];
+            let sum: Vec<f32> = q.chunks(32).map(|c| c.iter().map(|&v| v as f32).sum()).collect();
+            let a = linear_int8::Int8Row { q: &q, inv_scale: &inv_scale, sum: &sum };
+            let mut out = vec![0f32; rows];
+            let secs = best_of(5, || {
+                for _ in 0..reps {
+                    linear_int8::dot_rows(level, dtype, &w, a, &mut out);
+                    s += out[rows - 1];
+                }
+            });
+            println!(
+                "{dtype:?} {rows} rows, int8 activations: {:.2} ns/block of 32, {:.1} GB/s ({s})",
                 secs / (elems / 32.0) * 1e9,
                 (reps * rows * row_bytes) as f64 / secs / 1e9
             );

@@ -226,9 +226,19 @@ impl<'r> ProgramBuilder<'r> {
     pub fn rms_norm(&mut self, out: TensorId, x: TensorId, weight: TensorId, eps: f32) -> Result<(), IsaError> {
         self.push(Instruction::RmsNorm(RmsNorm { out, x, weight, eps }))
     }
-    /// LINEAR.
+    /// LINEAR with f32 activations.
     pub fn linear(&mut self, out: TensorId, x: TensorId, weight: TensorId) -> Result<(), IsaError> {
-        self.push(Instruction::Linear(Linear { out, x, weight }))
+        self.linear_with(out, x, weight, LinearActivations::F32)
+    }
+    /// LINEAR with the given activation rounding.
+    pub fn linear_with(
+        &mut self,
+        out: TensorId,
+        x: TensorId,
+        weight: TensorId,
+        activations: LinearActivations,
+    ) -> Result<(), IsaError> {
+        self.push(Instruction::Linear(Linear { out, x, weight, activations }))
     }
     /// BITLINEAR.
     pub fn bitlinear(

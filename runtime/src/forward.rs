@@ -5,12 +5,12 @@
 //! sub-norms, normal RoPE and a silu FFN, with float or block-quantized weights through
 //! LINEAR. Both: GQA attention, RMS norms, `output.weight` or the tied embedding.
 
-use purebee_isa::ops::{Attention, Rope};
+use purebee_isa::ops::{Attention, LinearActivations, Rope};
 use purebee_isa::{DType, IsaError, ProgramBuilder, TensorId, U32Arg};
 
 use crate::config::FfnActivation;
 use crate::weights::{LinearWeight, Weights};
-use crate::{KvCache, ModelConfig};
+use crate::{KvCache, ModelConfig, QuantizedActivations};
 
 /// Which rows of logits a forward program computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,6 +65,7 @@ pub(crate) fn record_forward(
     rows: LogitsRows,
     prefix: &str,
     pos: U32Arg,
+    acts: QuantizedActivations,
 ) -> Result<ForwardIo, IsaError> {
     let (d, kvw, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
     let mut ts = Vec::new();
@@ -84,9 +85,9 @@ pub(crate) fn record_forward(
     for (l, lw) in w.layers.iter().enumerate() {
         // Attention block.
         b.rms_norm(h, x, lw.attn_norm, cfg.rms_eps)?;
-        linear(b, q, h, lw.q)?;
-        linear(b, k, h, lw.k)?;
-        linear(b, v, h, lw.v)?;
+        linear(b, q, h, lw.q, acts)?;
+        linear(b, k, h, lw.k, acts)?;
+        linear(b, v, h, lw.v, acts)?;
         let rope = |out| Rope {
             out,
             x: out,
@@ -104,12 +105,12 @@ pub(crate) fn record_forward(
         if let Some(norm) = lw.attn_sub_norm {
             b.rms_norm(att, att, norm, cfg.rms_eps)?; // BitNet: sub-norm before the projection
         }
-        linear(b, proj, att, lw.o)?;
+        linear(b, proj, att, lw.o, acts)?;
         b.add(x, x, proj)?;
         // FFN block.
         b.rms_norm(h, x, lw.ffn_norm, cfg.rms_eps)?;
-        linear(b, gate, h, lw.gate)?;
-        linear(b, up, h, lw.up)?;
+        linear(b, gate, h, lw.gate, acts)?;
+        linear(b, up, h, lw.up, acts)?;
         match cfg.arch.ffn_activation() {
             FfnActivation::Relu2 => b.relu2(gate, gate)?,
             FfnActivation::Silu => b.silu(gate, gate)?,
@@ -118,7 +119,7 @@ pub(crate) fn record_forward(
         if let Some(norm) = lw.ffn_sub_norm {
             b.rms_norm(gate, gate, norm, cfg.rms_eps)?; // BitNet: sub-norm before down
         }
-        linear(b, proj, gate, lw.down)?;
+        linear(b, proj, gate, lw.down, acts)?;
         b.add(x, x, proj)?;
     }
 
@@ -137,17 +138,24 @@ pub(crate) fn record_forward(
     let normed = declare(b, &mut ts, prefix, "out_norm", f32, &[n_out, d])?;
     b.rms_norm(normed, last, w.output_norm, cfg.rms_eps)?;
     let logits = declare(b, &mut ts, prefix, "logits", f32, &[n_out, cfg.n_vocab])?;
-    b.linear(logits, normed, w.lm_head)?;
+    linear(b, logits, normed, w.lm_head, acts)?;
     let argmax = declare(b, &mut ts, prefix, "argmax", DType::U32, &[n_out])?;
     b.argmax(argmax, logits)?;
     Ok(ForwardIo { ids, logits, argmax, tensors: ts, constants })
 }
 
-/// BITLINEAR for ternary weights, LINEAR for float ones.
-fn linear(b: &mut ProgramBuilder, out: TensorId, x: TensorId, w: LinearWeight) -> Result<(), IsaError> {
+/// BITLINEAR for ternary weights, LINEAR for the others: with int8-block activations
+/// before Q4_0, Q4_1 and Q8_0 weights unless `acts` asks for f32.
+fn linear(
+    b: &mut ProgramBuilder,
+    out: TensorId,
+    x: TensorId,
+    w: LinearWeight,
+    acts: QuantizedActivations,
+) -> Result<(), IsaError> {
     if w.ternary {
-        b.bitlinear(out, x, w.weight, w.scale)
-    } else {
-        b.linear(out, x, w.weight)
+        return b.bitlinear(out, x, w.weight, w.scale);
     }
+    let int8 = acts == QuantizedActivations::Int8 && matches!(w.dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0);
+    b.linear_with(out, x, w.weight, if int8 { LinearActivations::Int8Blocks } else { LinearActivations::F32 })
 }

@@ -24,4 +24,4 @@ pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
 pub use generate::{generate, generate_after_cached_prefix, GenerateOptions, Generation, StopReason};
-pub use model::{KvCache, Model};
+pub use model::{KvCache, Model, QuantizedActivations};

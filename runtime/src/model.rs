@@ -35,6 +35,18 @@ struct Forward {
     live: bool,
 }
 
+/// How the forward pass feeds activations to block-quantized (Q4_0, Q4_1, Q8_0) weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QuantizedActivations {
+    /// Rounded to int8 in blocks of 32 (LINEAR's `Int8Blocks`), as llama.cpp's CPU backend
+    /// rounds them: engines multiply integers, and the logits are the ones llama.cpp's are
+    /// closest to (`docs/accuracy.md`).
+    #[default]
+    Int8,
+    /// The f32 activations as they are (LINEAR's `F32`): slower on the CPU, exact.
+    F32,
+}
+
 /// A model loaded on an engine. Programs are built once per batch size and kept; the
 /// single-token decode program stays allocated, larger (prefill) ones are freed after use.
 pub struct Model<E: Engine> {
@@ -43,13 +55,25 @@ pub struct Model<E: Engine> {
     weights: Weights,
     kv: KvCache,
     n_ctx: usize,
+    activations: QuantizedActivations,
     forwards: HashMap<(usize, LogitsRows), Forward>,
 }
 
 impl<E: Engine> Model<E> {
     /// Loads the model of `file` onto `engine` (zero-copy where the engine allows) with a KV
     /// cache of `n_ctx` positions (0: the model's training context).
-    pub fn load(mut engine: E, file: &GgufFile, n_ctx: usize) -> Result<Model<E>, ModelError> {
+    pub fn load(engine: E, file: &GgufFile, n_ctx: usize) -> Result<Model<E>, ModelError> {
+        Model::load_with(engine, file, n_ctx, QuantizedActivations::default())
+    }
+
+    /// [`Model::load`], with the activations of block-quantized weights as `activations`
+    /// says.
+    pub fn load_with(
+        mut engine: E,
+        file: &GgufFile,
+        n_ctx: usize,
+        activations: QuantizedActivations,
+    ) -> Result<Model<E>, ModelError> {
         let config = ModelConfig::from_gguf(file)?;
         let n_ctx = if n_ctx == 0 { config.n_ctx_train } else { n_ctx };
         file.load_into(engine.memory_mut())?;
@@ -62,7 +86,7 @@ impl<E: Engine> Model<E> {
         }
         let alloc = b.finish();
         engine.execute(&alloc, &[])?;
-        Ok(Model { engine, config, weights, kv: KvCache { k, v }, n_ctx, forwards: HashMap::new() })
+        Ok(Model { engine, config, weights, kv: KvCache { k, v }, n_ctx, activations, forwards: HashMap::new() })
     }
 
     /// The hyper-parameters.
@@ -154,7 +178,8 @@ impl<E: Engine> Model<E> {
         let reg = self.engine.memory_mut();
         let mut b = ProgramBuilder::new(&prefix, reg);
         let pos = b.param_u32("pos")?;
-        let io = record_forward(&mut b, &self.config, &self.weights, &self.kv, n, rows, &prefix, pos)?;
+        let io =
+            record_forward(&mut b, &self.config, &self.weights, &self.kv, n, rows, &prefix, pos, self.activations)?;
         let pass = b.finish();
 
         let mut b = ProgramBuilder::new(&format!("{prefix}.setup"), self.engine.memory_mut());

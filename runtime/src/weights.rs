@@ -18,6 +18,8 @@ pub(crate) struct LinearWeight {
     pub scale: Option<TensorId>,
     /// Ternary weights go through BITLINEAR; float weights through LINEAR.
     pub ternary: bool,
+    /// The weight's type (LINEAR's activation rounding depends on it).
+    pub dtype: DType,
 }
 
 /// One transformer block's tensors.
@@ -44,8 +46,8 @@ pub(crate) struct Weights {
     pub token_embd: TensorId,
     pub layers: Vec<LayerWeights>,
     pub output_norm: TensorId,
-    /// `output.weight`, or the tied `token_embd.weight`.
-    pub lm_head: TensorId,
+    /// `output.weight`, or the tied `token_embd.weight` (always through LINEAR).
+    pub lm_head: LinearWeight,
 }
 
 /// Looks tensors up in the file (for checks and errors naming it) and in the registry.
@@ -105,7 +107,8 @@ impl Binder<'_> {
             DType::is_float_like,
             "a ternary (I2_S, TQ1_0, TQ2_0), block-quantized (Q4_0, Q4_1, Q8_0) or float type",
         )?;
-        let ternary = self.file.tensor_info(&weight_name)?.dtype.is_ternary();
+        let dtype = self.file.tensor_info(&weight_name)?.dtype;
+        let ternary = dtype.is_ternary();
         let scale_name = format!("{name}.scale");
         let scale = match self.file.tensor_info(&scale_name) {
             Ok(_) => Some(self.tensor(&scale_name, &[1], |d| d == DType::F32, "F32")?),
@@ -118,7 +121,7 @@ impl Binder<'_> {
                 reason: "a separate .scale tensor is supported with ternary weights only".to_string(),
             });
         }
-        Ok(LinearWeight { weight, scale, ternary })
+        Ok(LinearWeight { weight, scale, ternary, dtype })
     }
 }
 
@@ -155,6 +158,9 @@ impl Weights {
             }
             Err(_) => token_embd,
         };
+        let head_name = if lm_head == token_embd { "token_embd.weight" } else { "output.weight" };
+        let lm_head =
+            LinearWeight { weight: lm_head, scale: None, ternary: false, dtype: file.tensor_info(head_name)?.dtype };
         let bound = b.bound.borrow();
         if let Some(extra) = file.tensors().iter().find(|t| !bound.contains(&t.name)) {
             return Err(ModelError::Inconsistent {

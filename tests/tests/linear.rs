@@ -20,8 +20,24 @@
 //!
 //! The CPU engine is held to the same bound: it decodes weights exactly too (and converts
 //! nothing but the f16/bf16 widening) and sums the k products in f32 in its own order.
+//!
+//! **Int8-block activations** (`LinearActivations::Int8Blocks`). Every engine must round x
+//! to the same int8 codes `q_i` (checked exactly by `int8_rounding_is_exact*`, on ties and
+//! on scales that are powers of two, where every output is an exact integer); then the
+//! output is `Σ_i x̂_i · w_i` with `x̂_i = q_i / s_b`, computed as the reference does in f64.
+//! An engine may form it as the f32 kernels' dot product of a rounded `x̂` (one rounding
+//! more per term: the CPU's `q / s_b` and the GPU's long division are correctly rounded), or per block as
+//! llama.cpp does, `(d · Σ c_i q_i + m · Σ q_i) · (1 / s_b)`: three roundings per term
+//! (`1/s`, `d·(1/s)`, the product) on exact integer sums, with Q4_1's weight taken as the
+//! exact `c·d + m` rather than the decoded (once rounded) one, and the block split into
+//! `d·Σcq` and a constant term whose magnitudes can exceed `|Σ q·w|`: Q4_0's
+//! `d·Σ c q − 8d·Σ q` (≤ Σ|q|·|d|·(|c − 8| + 16)) and Q4_1's (≤ Σ|q|·(|w| + 2|m|)). So the
+//! bound is γ_{k+6} times `Σ_i |x̂_i| · (|w_i| + o_b)`, `o_b` being `16|d|` (Q4_0), `2|m|`
+//! (Q4_1) or 0, plus `u · |ref|`: six roundings above the f32 bound's two cover the worst
+//! of these.
 
 use proptest::prelude::*;
+use purebee_isa::ops::{quantize_blocks, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_isa::{DType, Engine};
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
@@ -142,8 +158,37 @@ fn activations(n: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<f32>
         .collect()
 }
 
+/// `x̂` of an `[n, k]` activation matrix: `x` itself, or its int8-block rounding `q / s_b`
+/// computed in f64.
+fn rounded_activations(x: &[f32], n: usize, k: usize, acts: LinearActivations) -> Vec<f64> {
+    match acts {
+        LinearActivations::F32 => x.iter().map(|&v| v as f64).collect(),
+        LinearActivations::Int8Blocks => {
+            let mut out = Vec::with_capacity(n * k);
+            let (mut q, mut s) = (vec![0i8; k], vec![0f32; k.div_ceil(LINEAR_ACT_BLOCK)]);
+            for row in x.chunks_exact(k.max(1)).take(n) {
+                quantize_blocks(row, &mut q, &mut s);
+                out.extend(q.iter().enumerate().map(|(i, &qi)| qi as f64 / s[i / LINEAR_ACT_BLOCK] as f64));
+            }
+            out
+        }
+    }
+}
+
+/// The `o_b` of the int8-block bound (module doc) for element `i` of weight row `j`.
+fn block_offset(dtype: DType, wbytes: &[u8], k: usize, j: usize, i: usize) -> f64 {
+    let f16 = |at: usize| half::f16::from_le_bytes([wbytes[at], wbytes[at + 1]]).to_f64().abs();
+    let block = |bytes: usize| (j * k + i) / 32 * bytes;
+    match dtype {
+        DType::Q4_0 => 16.0 * f16(block(18)),
+        DType::Q4_1 => 2.0 * f16(block(20) + 2),
+        _ => 0.0,
+    }
+}
+
 /// One LINEAR on both engines of `pair`; checks every output against the tolerance above
 /// (or exactly for `Data::Integer`).
+#[allow(clippy::too_many_arguments)] // one case's every parameter
 fn check<E: Engine>(
     pair: &mut Pair<E>,
     dtype: DType,
@@ -152,6 +197,7 @@ fn check<E: Engine>(
     k: usize,
     seed: u64,
     data: Data,
+    acts: LinearActivations,
 ) -> Result<(), String> {
     let mut rng = SplitMix64(seed);
     let wbytes = weight_bytes(dtype, m, k, &mut rng, data);
@@ -163,11 +209,17 @@ fn check<E: Engine>(
     ];
     let (got, reference) = pair.run(&inputs, &[], |b, name, ids| {
         let out = b.alloc(&name("out"), DType::F32, &[n, m])?;
-        b.linear(out, ids[0], ids[1])?;
+        b.linear_with(out, ids[0], ids[1], acts)?;
         Ok(vec![out])
     });
     let (got, want) = (f32s(&got[0]), f32s(&reference[0]));
-    let what = format!("{} engine: LINEAR {dtype} n={n} m={m} k={k} seed={seed} {data:?}", pair.engine.name());
+    let what = format!("{} engine: LINEAR {dtype} n={n} m={m} k={k} seed={seed} {data:?} {acts:?}", pair.engine.name());
+    let xh = rounded_activations(&x, n, k, acts);
+    // Roundings above the f32 bound's (module doc).
+    let extra = match acts {
+        LinearActivations::F32 => 2,
+        LinearActivations::Int8Blocks => 6,
+    };
     if got.len() != want.len() {
         return Err(format!("{what}: {} outputs, expected {}", got.len(), want.len()));
     }
@@ -184,9 +236,13 @@ fn check<E: Engine>(
             let bound = match data {
                 Data::Integer => 0.0,
                 Data::Random => {
-                    let sum_abs: f64 =
-                        x[t * k..(t + 1) * k].iter().zip(&row).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-                    gamma(k + 2) * sum_abs + U * (w as f64).abs()
+                    let sum_abs: f64 = xh[t * k..(t + 1) * k]
+                        .iter()
+                        .zip(&row)
+                        .enumerate()
+                        .map(|(i, (&a, &b))| a.abs() * ((b as f64).abs() + block_offset(dtype, &wbytes, k, j, i)))
+                        .sum();
+                    gamma(k + extra) * sum_abs + U * (w as f64).abs()
                 }
             };
             let within = diff <= bound; // false for NaN too
@@ -233,14 +289,33 @@ fn case() -> impl Strategy<Value = (DType, usize, usize, usize, u64, bool)> {
 
 /// The case on the GPU engine, subgroups or portable.
 fn run_case(dtype: DType, n: usize, m: usize, k: usize, seed: u64, portable: bool, data: Data) -> Result<(), String> {
+    run_case_with(dtype, n, m, k, seed, portable, data, LinearActivations::F32)
+}
+
+#[allow(clippy::too_many_arguments)] // one case's every parameter
+fn run_case_with(
+    dtype: DType,
+    n: usize,
+    m: usize,
+    k: usize,
+    seed: u64,
+    portable: bool,
+    data: Data,
+    acts: LinearActivations,
+) -> Result<(), String> {
     let mut pair = if portable { portable_pair() } else { pair() };
     let subgroups = subgroups(&pair);
-    check(&mut pair, dtype, n, m, k, seed, data).map_err(|e| format!("subgroups={subgroups}: {e}"))
+    check(&mut pair, dtype, n, m, k, seed, data, acts).map_err(|e| format!("subgroups={subgroups}: {e}"))
 }
 
 /// The case on the CPU engine, every SIMD path.
 fn run_cpu_case(dtype: DType, n: usize, m: usize, k: usize, seed: u64, data: Data) -> Result<(), String> {
-    on_cpu_levels(|p| check(p, dtype, n, m, k, seed, data))
+    on_cpu_levels(|p| check(p, dtype, n, m, k, seed, data, LinearActivations::F32))
+}
+
+/// The case with int8-block activations on the CPU engine, every SIMD path.
+fn run_cpu_int8_case(dtype: DType, n: usize, m: usize, k: usize, seed: u64) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, dtype, n, m, k, seed, Data::Random, LinearActivations::Int8Blocks))
 }
 
 proptest! {
@@ -271,6 +346,101 @@ proptest! {
     #[test]
     fn cpu_integer_data_is_exact((dtype, n, m, k, seed, _portable) in case()) {
         run_cpu_case(dtype, n, m, k, seed, Data::Integer).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_int8_activations_match_the_reference((dtype, n, m, k, seed, _portable) in case()) {
+        run_cpu_int8_case(dtype, n, m, k, seed).map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn int8_activations_match_the_reference((dtype, n, m, k, seed, portable) in case()) {
+        if gpu_tests_skipped() { return Ok(()); }
+        run_case_with(dtype, n, m, k, seed, portable, Data::Random, LinearActivations::Int8Blocks)
+            .map_err(TestCaseError::fail)?;
+    }
+}
+
+/// Activations whose int8-block rounding is known: block `b` of each row holds multiples of
+/// `2^e_b / 2` up to `±127 · 2^e_b` (so `s_b = 2^−e_b` exactly), half of them ties
+/// (`(c + 1/2) · 2^e_b`), and rows of an identity weight (F32, any `k`; Q8_0 with `d = 1`).
+/// Every output is then `q_i / s_b` exactly, whatever the summation order: equality proves
+/// the engines round to the same codes, ties to even included.
+fn check_int8_rounding<E: Engine>(
+    pair: &mut Pair<E>,
+    dtype: DType,
+    n: usize,
+    k: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let mut rng = SplitMix64(seed);
+    let mut x = vec![0f32; n * k];
+    for row in x.chunks_exact_mut(k) {
+        for block in row.chunks_mut(LINEAR_ACT_BLOCK) {
+            let scale = 2f32.powi(rng.below(20) as i32 - 10);
+            for v in block.iter_mut() {
+                let half_steps = rng.below(509) as f32 - 254.0; // −127 ..= 127 in steps of 1/2
+                *v = half_steps / 2.0 * scale;
+            }
+            let at = rng.below(block.len() as u64) as usize;
+            block[at] = 127.0 * scale * rng.sign(); // the block's maximum
+        }
+    }
+    let mut wbytes = Vec::new();
+    for j in 0..k {
+        match dtype {
+            DType::F32 => (0..k).for_each(|i| wbytes.extend_from_slice(&f32::from(u8::from(i == j)).to_le_bytes())),
+            _ => {
+                for b in 0..k / 32 {
+                    wbytes.extend_from_slice(&half::f16::from_f32(1.0).to_le_bytes());
+                    wbytes.extend((0..32).map(|i| u8::from(b * 32 + i == j)));
+                }
+            }
+        }
+    }
+    let shape = |r, c| Shape::matrix(r, c).expect("valid shape");
+    let inputs = [
+        ("x", HostTensor::from_f32("x", shape(n, k), x).expect("sizes agree")),
+        ("w", HostTensor::from_bytes("w", dtype, shape(k, k), &wbytes).expect("sizes agree")),
+    ];
+    let (got, reference) = pair.run(&inputs, &[], |b, name, ids| {
+        let out = b.alloc(&name("out"), DType::F32, &[n, k])?;
+        b.linear_with(out, ids[0], ids[1], LinearActivations::Int8Blocks)?;
+        Ok(vec![out])
+    });
+    let (got, want) = (f32s(&got[0]), f32s(&reference[0]));
+    match got.iter().zip(&want).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{} engine, {dtype} identity n={n} k={k} seed={seed}: output {i} is {}, the reference's {}",
+            pair.engine.name(),
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+#[test]
+fn int8_rounding_is_exact_on_the_cpu() {
+    for (dtype, n, k) in [(DType::F32, 1, 70), (DType::F32, 5, 33), (DType::Q8_0, 1, 64), (DType::Q8_0, 3, 96)] {
+        on_cpu_levels(|p| check_int8_rounding(p, dtype, n, k, 11 + k as u64)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn int8_rounding_is_exact_on_the_gpu() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (dtype, n, k) in [(DType::F32, 1, 70), (DType::F32, 5, 33), (DType::Q8_0, 1, 64), (DType::Q8_0, 3, 96)] {
+        for portable in [false, true] {
+            let mut p = if portable { portable_pair() } else { pair() };
+            check_int8_rounding(&mut p, dtype, n, k, 11 + k as u64).unwrap_or_else(|e| panic!("{e}"));
+        }
     }
 }
 

@@ -5,12 +5,15 @@
 //! end-of-turn token at step 7, where generation stops; teacher-forced logits (prompt plus
 //! llama.cpp's ids in one prefill) within the bounds below, with llama.cpp's argmax wherever
 //! its top1−top2 margin exceeds 1; and the GPU and CPU engines (the CPU engine on every
-//! SIMD path this machine runs) within 5e-3 of the reference engine.
+//! SIMD path this machine runs) within 5e-3 of the reference engine. All of it twice: with
+//! the f32 activations (`QuantizedActivations::F32`, LINEAR's exact semantics: the tight
+//! engine-vs-engine check) and with the int8-block activations that `run` uses by default
+//! (as llama.cpp rounds; see `MAX_ABS_VS_LLAMA_CPP_INT8` for its bounds).
 //!
 //! Why the bounds vs llama.cpp are 2.0 (max abs) and 0.3 (mean abs), not 0.2: llama.cpp does
 //! not compute these logits exactly. It rounds every activation entering a Q4_1 or Q8_0 dot
 //! product to 8 bits per 32 values (Q8_1 / Q8_0, fp16 scales); our engines use the f32
-//! activations (LINEAR's semantics). SmolLM2 carries activations up to ~10⁴ in a few
+//! activations (LINEAR's `F32` semantics). SmolLM2 carries activations up to ~10⁴ in a few
 //! channels, so any rounding difference grows through 30 layers. Measured with a numpy
 //! emulation of llama.cpp's own activation rounding (it matches llama.cpp's layer-0 tensors
 //! of the `once` prompt's first positions; `docs/accuracy.md`): it still differs from
@@ -28,12 +31,20 @@ use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::tokenizer::Tokenizer;
-use purebee_runtime::{generate, GenerateOptions, LogitsRows, Model, StopReason};
+use purebee_runtime::{generate, GenerateOptions, LogitsRows, Model, QuantizedActivations, StopReason};
 use purebee_tests::differential::gpu_tests_skipped;
 use purebee_tests::{fixtures_dir, read_npy, smollm2_gguf};
 
 /// Bounds of teacher-forced logits vs llama.cpp (see the module doc for why).
 const MAX_ABS_VS_LLAMA_CPP: f32 = 2.0;
+/// The max-abs bound with int8-block activations (LINEAR's `Int8Blocks`, as llama.cpp
+/// rounds): then two engines of the same semantics differ by up to 1.51 (measured: the CPU
+/// and GPU engines against the reference engine, both cases), since an activation near a
+/// rounding boundary lands on either side with a last-bit change of its input and moves the
+/// next layers; llama.cpp differs from itself by up to 1.32 (the first test below). Their
+/// sum, 2.83, is what an engine rounding as llama.cpp does may differ from its goldens by;
+/// the mean bound and the argmax rule stay as they are.
+const MAX_ABS_VS_LLAMA_CPP_INT8: f32 = 3.0;
 const MEAN_ABS_VS_LLAMA_CPP: f64 = 0.3;
 /// llama.cpp's margins above which its argmax must be ours (fixture README §3's rule for
 /// another engine's rounding).
@@ -102,11 +113,11 @@ fn argmax_and_margin(row: &[f32]) -> (usize, f32) {
 
 /// Runs every case on `engine`: the checks of the module doc; returns each case's
 /// teacher-forced logits.
-fn check<E: Engine>(path: &std::path::Path, engine: E) -> Vec<Vec<f32>> {
+fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivations) -> Vec<Vec<f32>> {
     let file = GgufFile::open(path).expect("SmolLM2 opens");
     let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
-    let mut model = Model::load(engine, &file, 256).expect("model loads");
-    let name = model.engine().name().to_string();
+    let mut model = Model::load_with(engine, &file, 256, acts).expect("model loads");
+    let name = format!("{} ({acts:?} activations)", model.engine().name());
     let vocab = model.config().n_vocab;
     let mut all = Vec::new();
     for c in cases() {
@@ -129,7 +140,11 @@ fn check<E: Engine>(path: &std::path::Path, engine: E) -> Vec<Vec<f32>> {
         }
         let mean = sum / (seq.len() * vocab) as f64;
         eprintln!("{name} {cn}: teacher-forced logits vs llama.cpp: max abs {max:.3}, mean abs {mean:.4}");
-        assert!(max <= MAX_ABS_VS_LLAMA_CPP, "{name} {cn}: max abs {max} vs llama.cpp");
+        let bound = match acts {
+            QuantizedActivations::F32 => MAX_ABS_VS_LLAMA_CPP,
+            QuantizedActivations::Int8 => MAX_ABS_VS_LLAMA_CPP_INT8,
+        };
+        assert!(max <= bound, "{name} {cn}: max abs {max} vs llama.cpp");
         assert!(mean <= MEAN_ABS_VS_LLAMA_CPP, "{name} {cn}: mean abs {mean} vs llama.cpp");
         all.push(ours);
 
@@ -196,14 +211,42 @@ fn llama_cpp_moves_its_own_logits_by_more_than_0_2_and_less_than_our_bound() {
 #[test]
 fn smollm2_on_the_reference_engine_matches_llama_cpp() {
     let Some(path) = smollm2_gguf() else { return };
-    reference_logits(&path);
+    for acts in ACTIVATIONS {
+        reference_logits(&path, acts);
+    }
 }
 
-/// The reference engine's checks and teacher-forced logits, run once per test binary (both
-/// tests need them; a panic inside poisons the cell and fails both).
-fn reference_logits(path: &std::path::Path) -> &'static [Vec<f32>] {
-    static LOGITS: std::sync::OnceLock<Vec<Vec<f32>>> = std::sync::OnceLock::new();
-    LOGITS.get_or_init(|| check(path, RefEngine::new()))
+const ACTIVATIONS: [QuantizedActivations; 2] = [QuantizedActivations::Int8, QuantizedActivations::F32];
+
+/// The reference engine's checks and teacher-forced logits, run once per test binary and
+/// activation rounding (every test needs them; a panic inside poisons the cell and fails
+/// them all).
+fn reference_logits(path: &std::path::Path, acts: QuantizedActivations) -> &'static [Vec<f32>] {
+    static LOGITS: [std::sync::OnceLock<Vec<Vec<f32>>>; 2] = [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    LOGITS[acts as usize].get_or_init(|| check(path, RefEngine::new(), acts))
+}
+
+/// `engine`'s checks in both activation roundings, and its logits against the reference
+/// engine's: see the module doc.
+fn check_against_reference<E: Engine>(path: &std::path::Path, what: &str, engine: impl Fn() -> E) {
+    for acts in ACTIVATIONS {
+        let logits = check(path, engine(), acts);
+        for ((c, g), r) in cases().iter().zip(&logits).zip(reference_logits(path, acts)) {
+            let max = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            let mean = g.iter().zip(r).map(|(a, b)| (a - b).abs() as f64).sum::<f64>() / g.len() as f64;
+            eprintln!(
+                "{}: {what} vs reference engine, {acts:?} activations: max abs {max:.2e}, mean {mean:.2e}",
+                c.name
+            );
+            let bound = match acts {
+                QuantizedActivations::F32 => ENGINE_VS_REF,
+                // Same semantics, but rounding boundaries make it chaotic (MAX_ABS_VS_LLAMA_CPP_INT8).
+                QuantizedActivations::Int8 => MAX_ABS_VS_LLAMA_CPP,
+            };
+            assert!(max <= bound, "{}: {what} vs reference engine, {acts:?}: max abs {max}", c.name);
+            assert!(mean <= MEAN_ABS_VS_LLAMA_CPP, "{}: {what} vs reference engine, {acts:?}: mean abs {mean}", c.name);
+        }
+    }
 }
 
 #[test]
@@ -212,15 +255,11 @@ fn smollm2_on_the_gpu_engine_matches_llama_cpp_and_the_reference_engine() {
     if gpu_tests_skipped() {
         return;
     }
-    let gpu = GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
-        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
+    check_against_reference(&path, "GPU", || {
+        GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
+            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
+        })
     });
-    let gpu_logits = check(&path, gpu);
-    for ((c, g), r) in cases().iter().zip(&gpu_logits).zip(reference_logits(&path)) {
-        let max = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        eprintln!("{}: GPU vs reference engine: max abs {max:.2e}", c.name);
-        assert!(max <= ENGINE_VS_REF, "{}: GPU vs reference engine max abs {max}", c.name);
-    }
 }
 
 #[test]
@@ -232,12 +271,8 @@ fn smollm2_on_the_cpu_engine_matches_llama_cpp_and_the_reference_engine() {
             continue;
         }
         let threads = Some(2.min(purebee_engine_cpu::logical_cpus()));
-        let cpu = CpuEngine::new(&CpuOptions { threads, simd: Some(level) }).expect("CPU engine");
-        let cpu_logits = check(&path, cpu);
-        for ((c, g), r) in cases().iter().zip(&cpu_logits).zip(reference_logits(&path)) {
-            let max = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            eprintln!("{}: CPU ({level}) vs reference engine: max abs {max:.2e}", c.name);
-            assert!(max <= ENGINE_VS_REF, "{}: CPU ({level}) vs reference engine max abs {max}", c.name);
-        }
+        check_against_reference(&path, &format!("CPU ({level})"), || {
+            CpuEngine::new(&CpuOptions { threads, simd: Some(level) }).expect("CPU engine")
+        });
     }
 }

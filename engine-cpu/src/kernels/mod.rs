@@ -4,6 +4,7 @@
 //! module is safe Rust (`tests/tests/architecture.rs` checks both).
 
 pub mod linear;
+pub mod linear_int8;
 pub(crate) mod math;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;

@@ -1,21 +1,28 @@
-//! LINEAR: `out = x · Wᵀ` with f32 activations and weights decoded from their layout.
+//! LINEAR: `out = x̂ · Wᵀ` with weights decoded from their layout; `x̂` is `x`, or `x`
+//! rounded to int8 blocks (`LinearActivations::Int8Blocks`).
 //!
+//! - Int8 blocks against Q4_0, Q4_1 or Q8_0 weights, one token: integer products per block
+//!   (`kernels::linear_int8`), the weight bytes read once as below. The rounded activations
+//!   are kept per contents of `x` ([`Int8Activations`]): q, k and v (and gate and up) share
+//!   one rounding. Every other case with int8 blocks runs the f32 kernels below on
+//!   `x̂ = q / s_b` (exact integers, one rounding each), which LINEAR's f32 summation allows.
 //! - One token (decode): each thread takes blocks of weight rows and computes each row's
 //!   dot product decoding on the fly, so every weight byte is read once (memory-bound).
 //! - Several tokens (prefill): weight-stationary; a tile of [`TILE_ROWS`] weight rows is
 //!   decoded to f32 once and multiplied against every token (in blocks of
 //!   [`TOKEN_BLOCK`] that stay in cache) by a register-blocked micro-kernel.
 
-use purebee_isa::ops::Linear;
+use purebee_isa::ops::{Linear, LinearActivations};
 use purebee_isa::ExecError;
 use purebee_memory::quant::QuantMatrix;
-use purebee_memory::DType;
+use purebee_memory::{DType, TensorId};
 
 use super::{f32s_mut, Exec};
 use crate::kernels::linear as k;
+use crate::kernels::linear_int8::{self as k8, Int8Row, BLOCK};
 use crate::kernels::pool::Pool;
 use crate::kernels::SimdLevel;
-use crate::store::{dims, mem};
+use crate::store::{dims, mem, Store};
 
 /// Weight rows decoded together in prefill.
 const TILE_ROWS: usize = 16;
@@ -36,18 +43,81 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
     };
     QuantMatrix::new(dtype, e.store.bytes(reg, OP, l.weight)?, m, kk).map_err(decode_error)?;
     let (pool, level) = (e.pool, e.level);
+    let acts = &mut e.caches.linear_activations;
+    if l.activations == LinearActivations::Int8Blocks {
+        acts.update(level, e.store, l.x, e.store.f32s(reg, OP, l.x)?, n, kk);
+    }
+    let acts = &*acts;
     e.store.with_output(reg, OP, l.out, |store, words| {
-        let x = store.f32s(reg, OP, l.x)?;
+        let x = match l.activations {
+            LinearActivations::F32 => store.f32s(reg, OP, l.x)?,
+            LinearActivations::Int8Blocks => &acts.dequantized,
+        };
         let bytes = store.bytes(reg, OP, l.weight)?;
         let w = Weights { matrix: QuantMatrix::new(dtype, bytes, m, kk).map_err(decode_error)?, bytes, dtype, k: kk };
         let out = f32s_mut(words, n * m);
-        if n == 1 {
-            gemv(pool, level, &w, x, out);
-        } else {
-            gemm(pool, level, &w, x, n, out);
+        match (l.activations, n) {
+            (LinearActivations::Int8Blocks, 1) if k8::supports(dtype) => gemv_int8(pool, level, &w, acts.row(0), out),
+            (_, 1) => gemv(pool, level, &w, x, out),
+            _ => gemm(pool, level, &w, x, n, out),
         }
         Ok(())
     })
+}
+
+/// The int8-block rounding of one `x` (`[n, k]`), and the `x` (and its version) it came
+/// from.
+#[derive(Default)]
+pub(crate) struct Int8Activations {
+    key: Option<(TensorId, u64)>,
+    k: usize,
+    /// Blocks per row.
+    blocks: usize,
+    /// `[n, blocks · 32]` codes (a short last block padded with zeros).
+    q: Vec<i8>,
+    /// `[n, blocks]`: `1 / s_b`.
+    inv_scale: Vec<f32>,
+    /// `[n, blocks]`: `Σ q` per block (exact in f32).
+    sum: Vec<f32>,
+    /// `[n, k]`: `x̂ = q / s_b`, for the f32 kernels.
+    dequantized: Vec<f32>,
+}
+
+impl Int8Activations {
+    fn update(&mut self, level: SimdLevel, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
+        let key = store.version(x_id).map(|v| (x_id, v));
+        if key.is_some() && key == self.key && self.k == k && self.dequantized.len() == n * k {
+            return;
+        }
+        let nb = k.div_ceil(BLOCK);
+        self.q.clear();
+        self.q.resize(n * nb * BLOCK, 0);
+        self.inv_scale.resize(n * nb, 0.0);
+        self.sum.resize(n * nb, 0.0);
+        self.dequantized.resize(n * k, 0.0);
+        let mut scales = vec![0f32; nb];
+        for r in 0..n {
+            let q = &mut self.q[r * nb * BLOCK..][..nb * BLOCK];
+            k8::quantize_row(level, &x[r * k..(r + 1) * k], &mut q[..k], &mut scales);
+            for (b, (qb, &s)) in q.chunks(BLOCK).zip(&scales).enumerate() {
+                self.inv_scale[r * nb + b] = 1.0 / s;
+                self.sum[r * nb + b] = qb.iter().map(|&v| v as f32).sum();
+            }
+            for (i, (o, &qi)) in self.dequantized[r * k..(r + 1) * k].iter_mut().zip(q.iter()).enumerate() {
+                *o = qi as f32 / scales[i / BLOCK];
+            }
+        }
+        (self.k, self.blocks, self.key) = (k, nb, key);
+    }
+
+    fn row(&self, r: usize) -> Int8Row<'_> {
+        let nb = self.blocks;
+        Int8Row {
+            q: &self.q[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+            inv_scale: &self.inv_scale[r * nb..(r + 1) * nb],
+            sum: &self.sum[r * nb..(r + 1) * nb],
+        }
+    }
 }
 
 /// A weight matrix in its file layout.
@@ -95,6 +165,15 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Weights, x: &[f32], out: &mut [f32]) 
                 k::dot_tile(level, &row, x, w.k, std::slice::from_mut(y));
             }
         }
+    });
+}
+
+fn gemv_int8(pool: &Pool, level: SimdLevel, w: &Weights, a: Int8Row, out: &mut [f32]) {
+    let chunk = rows_per_task(pool, out.len());
+    let row_bytes = w.dtype.row_bytes(w.k).unwrap_or(0);
+    pool.for_each_chunk(out, chunk, &|i, o| {
+        let j0 = i * chunk;
+        k8::dot_rows(level, w.dtype, &w.bytes[j0 * row_bytes..(j0 + o.len()) * row_bytes], a, o);
     });
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct Exec<'a> {
 pub(crate) struct Caches {
     /// BITLINEAR's int8 activations of the last `x` (q, k and v share them; so do gate and up).
     pub activations: bitlinear::Activations,
+    /// LINEAR's int8-block activations of the last `x` (likewise shared).
+    pub linear_activations: linear::Int8Activations,
     /// ROPE's cos/sin table of the last positions (every ROPE of one step shares it).
     pub rope: rope::Table,
 }

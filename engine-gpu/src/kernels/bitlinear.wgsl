@@ -1,7 +1,8 @@
 // BITLINEAR: per-row int8 activations × ternary weights, exact integer sums, then the float
 // scaling y = Σ_b d_b · isum_b / s (× scale[0]); see isa/src/ops/bitlinear.rs.
 //
-// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*).
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1).
 //
 // Entry points (one BITLINEAR is `quantize`, then `gemv` or `tiled`):
 // - quantize: one workgroup per row of x. The row's absolute maximum as an integer maximum of
@@ -55,78 +56,13 @@ override ROW_SCALE: u32 = 0u;
 // 1 when the instruction has an output scale.
 override HAS_SCALE: u32 = 0u;
 
-// 1e-5 as f32 bits (0x3727c5ac = 9.99999974738e-6, the f32 nearest 1e-5).
-const EPS_BITS: u32 = 0x3727c5acu;
-
-// The bits of the correctly rounded f32 quotient 127 / max(a, 1e-5), `a_bits` the bits of a
-// non-negative f32 (+inf included). Long division of the 24-bit significands: 127 is
-// 0xfe0000 · 2^-17 and the divisor md · 2^(ed − 150), so the quotient is
-// (0xfe0000 / md) · 2^(133 − ed) with 0xfe0000 / md in (1/2, 2); 26 quotient bits plus the
-// remainder give the 24-bit significand, a round bit and a sticky bit; ties go to even. The
-// result is always normal (the divisor lies in [1e-5, 2^128)).
-fn act_scale_bits(a_bits: u32) -> u32 {
-    let d = max(a_bits, EPS_BITS);
-    if (d >= 0x7f800000u) {
-        return 0u; // 127 / inf = +0
-    }
-    let ed = d >> 23u;
-    let md = (d & 0x7fffffu) | 0x800000u;
-    var r = 0xfe0000u;
-    var q = 0u;
-    for (var i = 0u; i < 26u; i = i + 1u) {
-        q = q << 1u;
-        if (r >= md) {
-            r = r - md;
-            q = q | 1u;
-        }
-        r = r << 1u;
-    }
-    // q = floor(2^25 · 0xfe0000 / md); r ≠ 0 when inexact.
-    var mant: u32;
-    var rnd: u32;
-    var sticky: u32;
-    var e: u32;
-    if (q >= 0x2000000u) {
-        mant = q >> 2u;
-        rnd = (q >> 1u) & 1u;
-        sticky = (q & 1u) | select(0u, 1u, r != 0u);
-        e = 260u - ed; // 133 − ed + 127
-    } else {
-        mant = q >> 1u;
-        rnd = q & 1u;
-        sticky = select(0u, 1u, r != 0u);
-        e = 259u - ed;
-    }
-    if (rnd == 1u && (sticky == 1u || (mant & 1u) == 1u)) {
-        mant = mant + 1u;
-        if (mant == 0x1000000u) {
-            mant = 0x800000u;
-            e = e + 1u;
-        }
-    }
-    return (e << 23u) | (mant & 0x7fffffu);
-}
-
-// clamp(round_half_to_even(v · s), −128, 127), with NaN (or s = 0, which only an infinite
-// maximum gives: inf · 0 is NaN) mapped to 0 as Rust's saturating `as i8` does.
-fn quantize1(v: f32, s: f32, s_bits: u32) -> i32 {
-    if ((bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u || s_bits == 0u) {
-        return 0;
-    }
-    return i32(clamp(round(v * s), -128.0, 127.0));
-}
-
 @compute @workgroup_size(WG)
 fn quantize(ids: Ids) {
     let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     var mx = 0u;
     if (row < p.n) {
         for (var e = ids.lidx; e < p.k; e = e + WG) {
-            var b = bitcast<u32>(x[row * p.k + e]) & 0x7fffffffu;
-            if (b > 0x7f800000u) {
-                b = 0u; // NaN: f32::max ignores it
-            }
-            mx = max(mx, b);
+            mx = max(mx, abs_bits(x[row * p.k + e]));
         }
     }
     let s_bits = act_scale_bits(reduce_max_u32(mx, ids));

@@ -15,6 +15,16 @@
 //! - `n ≥ 2` (prefill): `tiled`, 64 rows × 32 tokens per workgroup of 256. Reads the weights
 //!   `⌈n / 32⌉` times (`⌈n/32⌉ · m · row_bytes(k)`), x `⌈m / 64⌉` times, writes `4nm`.
 //!
+//! Activations: with [`LinearActivations::Int8Blocks`], one more dispatch comes first,
+//! `quantize_blocks`: one invocation per 32-element block of a row of x (`n · ⌈k/32⌉`
+//! invocations, [`GEMV_WG`] per workgroup), which rounds the block to int8 exactly as the ISA
+//! does (the scale and rounding of `act_quant.wgsl`, shared with BITLINEAR) and writes
+//! `x̂ = q / s_b`, correctly rounded to f32, into the scratch buffer
+//! [`ScratchKey::LinearActivations`] (`4nk` bytes, read and written once). The product
+//! kernels above then run unchanged with that buffer as their x. x̂ differs from the exact
+//! `q / s_b` by one rounding (relative error ≤ 2⁻²⁴ per element), inside the summation's
+//! own error; every `q` equals the reference's.
+//!
 //! Weight layouts are those of `layout.rs`: the file's bytes for every dtype but the ternary
 //! ones, whose codes and scales are two parts (bindings 2 and 3).
 //!
@@ -22,11 +32,11 @@
 //! flushed f16 subnormals there would read weights below 2⁻¹⁴ as 0; lavapipe keeps them (the
 //! tests draw about one F16 weight in eight subnormal).
 
-use purebee_isa::ops::Linear;
+use purebee_isa::ops::{Linear, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_memory::DType;
 
 use super::layout::ternary_scales;
-use super::{KernelCall, RecordCtx, Shader, Storage};
+use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -96,7 +106,28 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
     let split = windows.len() > 1;
     // The kernels index elements and bytes of every operand in u32 (within a window).
     u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
-    let mut calls = Vec::with_capacity(windows.len());
+    let mut calls = Vec::with_capacity(windows.len() + 1);
+    // What the product kernels read as x: x itself, or x rounded to int8 blocks.
+    let x = match l.activations {
+        LinearActivations::F32 => Storage::Tensor(l.x, 0),
+        LinearActivations::Int8Blocks => {
+            let rounded = Storage::Scratch(ScratchKey::LinearActivations, 4 * (n * k) as u64);
+            if k > 0 {
+                let params = Params { k: u(k, "the row length")?, n: u(n, "the token count")?, ..Params::default() };
+                calls.push(KernelCall {
+                    key: PipelineKey {
+                        shader: Shader::Linear,
+                        entry: "quantize_blocks",
+                        constants: vec![("WG", GEMV_WG)],
+                    },
+                    params: bytemuck::bytes_of(&params).to_vec(),
+                    storage: vec![(1, Storage::Tensor(l.x, 0)), (5, rounded)],
+                    workgroups: ctx.grid_1d(n * k.div_ceil(LINEAR_ACT_BLOCK), GEMV_WG),
+                });
+            }
+            rounded
+        }
+    };
     for rows in windows {
         let wm = rows.len();
         u(wm.checked_mul(k.max(row_bytes)).ok_or_else(|| too_large("the weight"))?, "the weight")?;
@@ -122,12 +153,7 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
             Some(_) => Storage::Tensor(l.weight, 1),
             None => window(0, part0_row),
         };
-        let storage = vec![
-            (1, Storage::Tensor(l.x, 0)),
-            (2, window(0, part0_row)),
-            (3, scales_binding),
-            (4, Storage::Tensor(l.out, 0)),
-        ];
+        let storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
         calls.push(if n == 1 && k <= GEMV_ROWS_MAX_K {
             KernelCall {
                 key: PipelineKey {

@@ -1,9 +1,18 @@
 // LINEAR: out[t, j] = Σ_i x[t, i] · W[j, i], weights decoded from their GPU layout
 // (kernels/layout.rs) exactly as memory::quant decodes them, products summed in f32.
 //
-// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32).
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32), then
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1).
 //
 // Entry points:
+// - quantize_blocks (Int8Blocks activations, before gemv, gemv_rows or tiled): one
+//   invocation per block of 32 elements of a row of x (the row's last block shorter when k is
+//   not a multiple of 32). It rounds the block exactly as the ISA does (a = max |x_i| over the
+//   block, s = 127 / max(a, 1e-5) correctly rounded, q_i = clamp(round(x_i · s), −128, 127))
+//   and writes x̂_i = q_i / s, correctly rounded to f32, into a scratch buffer [n, k] (binding
+//   5) that the product kernel then reads as its x. So x̂ is the reference's q_i / s_b up to
+//   one rounding (relative error ≤ 2⁻²⁴ per element, well inside the product's summation
+//   error); the q_i themselves are exact.
 // - gemv: one workgroup of WG invocations per output row and token (z); the invocations
 //   stride over the row in chunks of 8 elements (consecutive invocations, consecutive
 //   chunks: coalesced), then reduce. Each weight byte is read once. For n = 1 (decode).
@@ -42,8 +51,10 @@ struct Params {
 // Ternary scales (part 1 of the ternary layout); other dtypes bind part 0 here, unread.
 @group(0) @binding(3) var<storage, read> ws: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// quantize_blocks: x̂ [n, k], the x of the product kernel that follows.
+@group(0) @binding(5) var<storage, read_write> xq: array<f32>;
 
-// Invocations per workgroup of gemv (a power of two, ≤ 256).
+// Invocations per workgroup of gemv and quantize_blocks (a power of two, ≤ 256).
 override WG: u32 = 64u;
 // The weight dtype: one of the DT_* below.
 override DTYPE: u32 = 0u;
@@ -176,6 +187,32 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
         }
     }
     return v;
+}
+
+// Elements per int8 block of quantize_blocks (the ISA's LINEAR_ACT_BLOCK).
+const ACT_BLOCK: u32 = 32u;
+
+@compute @workgroup_size(WG)
+fn quantize_blocks(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+    let blocks = (p.k + ACT_BLOCK - 1u) / ACT_BLOCK;
+    let i = (wid.y * nwg.x + wid.x) * WG + lidx;
+    if (i >= p.n * blocks) {
+        return;
+    }
+    let row = i / blocks;
+    let b = i % blocks;
+    let e0 = row * p.k + b * ACT_BLOCK;
+    let e1 = row * p.k + min(b * ACT_BLOCK + ACT_BLOCK, p.k);
+    var mx = 0u;
+    for (var e = e0; e < e1; e = e + 1u) {
+        mx = max(mx, abs_bits(x[e]));
+    }
+    let s_bits = act_scale_bits(mx);
+    let s = bitcast<f32>(s_bits);
+    for (var e = e0; e < e1; e = e + 1u) {
+        xq[e] = dequantize1(quantize1(x[e], s, s_bits), s_bits);
+    }
 }
 
 // Σ_i x[tok, i] · W[row, i] over the 8-element chunks first, first + stride, ... of the row.

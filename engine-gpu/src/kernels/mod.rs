@@ -44,13 +44,17 @@ pub(crate) enum Shader {
     ArgmaxSubgroup,
     /// `embed.wgsl`: EMBED.
     Embed,
-    /// `linear.wgsl` after `reduce_portable.wgsl`: LINEAR, portable reductions.
+    /// `linear.wgsl` after `reduce_portable.wgsl` and `act_quant.wgsl`: LINEAR, portable
+    /// reductions.
     Linear,
-    /// `linear.wgsl` after `reduce_subgroup.wgsl`: LINEAR, subgroup reductions.
+    /// `linear.wgsl` after `reduce_subgroup.wgsl` and `act_quant.wgsl`: LINEAR, subgroup
+    /// reductions.
     LinearSubgroup,
-    /// `bitlinear.wgsl` after `reduce_portable.wgsl`: BITLINEAR, portable reductions.
+    /// `bitlinear.wgsl` after `reduce_portable.wgsl` and `act_quant.wgsl`: BITLINEAR,
+    /// portable reductions.
     Bitlinear,
-    /// `bitlinear.wgsl` after `reduce_subgroup.wgsl`: BITLINEAR, subgroup reductions.
+    /// `bitlinear.wgsl` after `reduce_subgroup.wgsl` and `act_quant.wgsl`: BITLINEAR,
+    /// subgroup reductions.
     BitlinearSubgroup,
     /// `rope.wgsl`: ROPE.
     Rope,
@@ -93,11 +97,27 @@ impl Shader {
             Shader::Argmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("argmax.wgsl")),
             Shader::ArgmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
             Shader::Embed => include_str!("embed.wgsl"),
-            Shader::Linear => concat!(include_str!("reduce_portable.wgsl"), include_str!("linear.wgsl")),
-            Shader::LinearSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("linear.wgsl")),
-            Shader::Bitlinear => concat!(include_str!("reduce_portable.wgsl"), include_str!("bitlinear.wgsl")),
+            Shader::Linear => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl")
+            ),
+            Shader::LinearSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl")
+            ),
+            Shader::Bitlinear => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl")
+            ),
             Shader::BitlinearSubgroup => {
-                concat!(include_str!("reduce_subgroup.wgsl"), include_str!("bitlinear.wgsl"))
+                concat!(
+                    include_str!("reduce_subgroup.wgsl"),
+                    include_str!("act_quant.wgsl"),
+                    include_str!("bitlinear.wgsl")
+                )
             }
             Shader::Rope => include_str!("rope.wgsl"),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
@@ -122,13 +142,15 @@ pub(crate) enum Storage {
 }
 
 /// A GPU-only working buffer that is not an ISA tensor (BITLINEAR's int8 activations,
-/// ATTENTION's split-K partial results).
+/// LINEAR's int8-rounded activations, ATTENTION's split-K partial results).
 ///
 /// The compiler creates one buffer per key per compiled program, once, sized to the largest
 /// request of that key among the program's dispatches; every dispatch naming the key binds
 /// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
-/// reads what the dispatch just before it (of the same instruction) wrote, so sharing one
-/// buffer between instructions is safe. Nothing is allocated when the program runs.
+/// reads what an earlier dispatch of the same instruction wrote (the one just before it, or
+/// for a LINEAR over several row windows, its one rounding dispatch before them all), so
+/// sharing one buffer between instructions is safe. Nothing is allocated when the program
+/// runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ScratchKey {
     /// BITLINEAR's int8 activations, four per u32 word (element `4w + b` in byte `b` of
@@ -136,6 +158,9 @@ pub enum ScratchKey {
     BitlinearActivations,
     /// BITLINEAR's per-row activation scales `s = 127 / max(max|x|, 1e-5)`, f32 `[n]`.
     BitlinearScales,
+    /// LINEAR's activations rounded to int8 blocks (`LinearActivations::Int8Blocks`), as
+    /// the product kernels read them: `x̂ = q / s_b` correctly rounded, f32 `[n, k]`.
+    LinearActivations,
     /// ATTENTION's split-K partial results: per (query row, head, split) a slot of
     /// `head_dim + 2` f32, `[m, l, o_0 .. o_{head_dim−1}]` (see `attention.wgsl`).
     AttentionPartials,

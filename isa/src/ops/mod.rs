@@ -19,7 +19,7 @@ pub use elementwise::{Binary, Unary};
 pub use embed::Embed;
 pub use grid::{Free, GridAlloc, GridWrite};
 pub use kv_write::KvWrite;
-pub use linear::Linear;
+pub use linear::{quantize_blocks, Linear, LinearActivations, LINEAR_ACT_BLOCK};
 pub use rms_norm::RmsNorm;
 pub use rope::{Rope, RopeStyle};
 pub use softmax::Softmax;
