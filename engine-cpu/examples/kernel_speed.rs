@@ -53,7 +53,16 @@ fn main() {
             let q: Vec<i8> = (0..k).map(|i| (i * 13 % 255) as i8).map(|v| v.max(-127)).collect();
             let inv_scale = vec![0.01f32; k / 32];
             let sum: Vec<f32> = q.chunks(32).map(|c| c.iter().map(|&v| v as f32).sum()).collect();
-            let a = linear_int8::Int8Row { q: &q, inv_scale: &inv_scale, sum: &sum };
+            let (pl, sl) = linear_int8::pair_layout_len(k / 32);
+            let (mut pairs, mut pair_scales) = (vec![0i8; pl], vec![0f32; sl]);
+            linear_int8::pair_layout(&q, &inv_scale, &sum, &mut pairs, &mut pair_scales);
+            let a = linear_int8::Int8Row {
+                q: &q,
+                inv_scale: &inv_scale,
+                sum: &sum,
+                pairs: &pairs,
+                pair_scales: &pair_scales,
+            };
             let mut out = vec![0f32; rows];
             let secs = best_of(5, || {
                 for _ in 0..reps {

@@ -28,7 +28,8 @@ pub fn supports(dtype: DType) -> bool {
 }
 
 /// One row of int8-block activations: `q` (a whole number of blocks), and per block
-/// `1 / s_b` and `Σ q_i`.
+/// `1 / s_b` and `Σ q_i`; and the same in the layout of the AVX2 Q4 kernels
+/// ([`pair_layout`]).
 #[derive(Clone, Copy)]
 pub struct Int8Row<'a> {
     /// The codes, `BLOCK · inv_scale.len()` of them.
@@ -37,6 +38,33 @@ pub struct Int8Row<'a> {
     pub inv_scale: &'a [f32],
     /// `Σ_{i∈b} q_i` per block (exact in f32: at most 32 · 127 in magnitude).
     pub sum: &'a [f32],
+    /// Per pair of blocks, 64 codes ([`pair_layout`]).
+    pub pairs: &'a [i8],
+    /// Per pair of blocks `(b, c)`: `[1/s_b, 1/s_c, Σq_b / s_b, Σq_c / s_c]`.
+    pub pair_scales: &'a [f32],
+}
+
+/// Bytes of [`Int8Row::pairs`] and elements of [`Int8Row::pair_scales`] for `blocks` blocks.
+pub fn pair_layout_len(blocks: usize) -> (usize, usize) {
+    (blocks.div_ceil(2) * 2 * BLOCK, blocks.div_ceil(2) * 4)
+}
+
+/// The activations of a row as the AVX2 Q4 kernels read them, two blocks `b`, `c` at a time:
+/// `b`'s codes 0..16, `c`'s 0..16, `b`'s 16..32, `c`'s 16..32 (the order in which one
+/// 32-byte load of both blocks' packed nibbles unpacks: low nibbles, then high), and their
+/// scales; an odd last block is paired with zeros.
+pub fn pair_layout(q: &[i8], inv_scale: &[f32], sum: &[f32], pairs: &mut [i8], pair_scales: &mut [f32]) {
+    const H: usize = BLOCK / 2;
+    pairs.fill(0);
+    pair_scales.fill(0.0);
+    for (b, ((qb, &inv), &qsum)) in q.chunks_exact(BLOCK).zip(inv_scale).zip(sum).enumerate() {
+        let (p, second) = (b / 2, b % 2);
+        let out = &mut pairs[p * 2 * BLOCK..(p + 1) * 2 * BLOCK];
+        out[second * H..][..H].copy_from_slice(&qb[..H]);
+        out[BLOCK + second * H..][..H].copy_from_slice(&qb[H..]);
+        pair_scales[4 * p + second] = inv;
+        pair_scales[4 * p + 2 + second] = qsum * inv;
+    }
 }
 
 /// `out[j] = Σ_b (Σ_{i∈b} q_i · w_ji) / s_b` for `out.len()` consecutive weight rows `rows`
@@ -113,18 +141,20 @@ mod x86 {
     use super::super::linear::x86::hsum;
     use super::{block_bytes, Int8Row, BLOCK};
 
-    /// The weight layouts, as const parameters (one compiled loop each, no dtype branch per
-    /// block).
-    const Q8_0: u8 = 0;
-    const Q4_0: u8 = 1;
-    const Q4_1: u8 = 2;
+    /// The Q4 layouts, as const parameters of [`dot_rows_q4`] (one compiled loop each, no
+    /// dtype branch per block).
+    const Q4_0: u8 = 0;
+    const Q4_1: u8 = 1;
+
+    /// How far ahead of the weight bytes being read they are prefetched.
+    const PREFETCH: usize = 1024;
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn dot_rows(dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
         match dtype {
-            DType::Q8_0 => dot_rows_of::<Q8_0>(rows, a, out),
-            DType::Q4_0 => dot_rows_of::<Q4_0>(rows, a, out),
-            _ => dot_rows_of::<Q4_1>(rows, a, out),
+            DType::Q8_0 => dot_rows_q8_0(rows, a, out),
+            DType::Q4_0 => dot_rows_q4::<Q4_0>(rows, a, out),
+            _ => dot_rows_q4::<Q4_1>(rows, a, out),
         }
     }
 
@@ -135,53 +165,103 @@ mod x86 {
         purebee_isa::ops::quantize_blocks(x, q, scales)
     }
 
-    /// Two rows at a time against `a` (each activation block loaded once for both; the two
-    /// rows are two independent FMA chains); an odd last row is paired with itself. Per
-    /// block and row: the eight partial sums `Σ c q` (exact i32, then f32) times `d / s_b`
-    /// into a vector total, and the constant term (Q4_0's `−8 · d · Σq / s_b`, Q4_1's
-    /// `m · Σq / s_b`) into a scalar one.
+    /// Q8_0: two rows at a time against `a` (each activation block loaded once for both;
+    /// the two rows are two independent FMA chains); an odd last row is paired with itself.
+    /// Per block and row: the eight partial sums `Σ c q` (exact i32, then f32) times
+    /// `d / s_b` into a vector total.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn dot_rows_of<const KIND: u8>(rows: &[u8], a: Int8Row, out: &mut [f32]) {
-        let dtype = match KIND {
-            Q8_0 => DType::Q8_0,
-            Q4_0 => DType::Q4_0,
-            _ => DType::Q4_1,
-        };
-        let bb = block_bytes(dtype);
+    fn dot_rows_q8_0(rows: &[u8], a: Int8Row, out: &mut [f32]) {
+        let bb = block_bytes(DType::Q8_0);
         let nb = a.inv_scale.len();
         let m = out.len();
-        assert!(rows.len() >= m * nb * bb && a.q.len() >= nb * BLOCK && a.sum.len() >= nb);
+        assert!(rows.len() >= m * nb * bb && a.q.len() >= nb * BLOCK);
         let (w, q) = (rows.as_ptr(), a.q.as_ptr());
         let ones = _mm256_set1_epi16(1);
-        let nibble = _mm_set1_epi8(15);
-        // One row's block at `b` against the activation block `qv` (scale `inv`, sum `qsum`).
-        let block = |b: *const u8, qv: __m256i, inv: __m128, qsum: __m128| {
-            // d and the next f16 (Q4_1's m) widened together from one 4-byte load (a full
-            // register write: no wait on earlier work), over s_b.
-            // SAFETY: `b` starts a block of `bb` ≥ 18 bytes inside `rows` (see the caller).
-            let dm = _mm_mul_ps(unsafe { _mm_cvtph_ps(_mm_loadu_si32(b)) }, inv);
-            let (u, s) = match KIND {
-                Q8_0 => {
-                    // SAFETY: a Q8_0 block's 32 codes are its bytes 2..34.
-                    let c = unsafe { _mm256_loadu_si256(b.add(2).cast()) };
-                    // |c| as unsigned (−128 gives 128) times q carrying c's sign: with
-                    // |q| ≤ 127 a pair's sum, ≤ 2 · 128 · 127, cannot saturate vpmaddubsw.
-                    (_mm256_sign_epi8(c, c), _mm256_sign_epi8(qv, c))
-                }
-                _ => {
-                    // SAFETY: a Q4 block's 16 code bytes end with the block (bb − 16..bb).
-                    let v = unsafe { _mm_loadu_si128(b.add(bb - 16).cast()) };
-                    let lo_hi = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
-                    (_mm256_and_si256(lo_hi, _mm256_set_m128i(nibble, nibble)), qv)
-                }
+        // One row's block at `b` against the activation block `qv` (`1 / s_b` in `inv`).
+        let block = |b: *const u8, qv: __m256i, inv: __m128| {
+            // SAFETY: `b` starts a 34-byte block inside `rows` (see the caller): d, then the
+            // 32 codes at bytes 2..34. A 4-byte load for d: a full register write.
+            let (d, c) = unsafe { (_mm_cvtph_ps(_mm_loadu_si32(b)), _mm256_loadu_si256(b.add(2).cast())) };
+            // |c| as unsigned (−128 gives 128) times q carrying c's sign: with |q| ≤ 127 a
+            // pair's sum, ≤ 2 · 128 · 127, cannot saturate vpmaddubsw.
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(c, c), _mm256_sign_epi8(qv, c));
+            (_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_broadcastss_ps(_mm_mul_ss(d, inv)))
+        };
+        for j in (0..m).step_by(2) {
+            let j1 = (j + 1).min(m - 1);
+            // SAFETY: rows j, j1 < m lie inside `rows` (asserted above).
+            let (r0, r1) = unsafe { (w.add(j * nb * bb), w.add(j1 * nb * bb)) };
+            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            for i in 0..nb {
+                // SAFETY: block i < nb of a row lies inside it, and its 32 codes inside
+                // `a.q` (asserted above); unaligned loads.
+                let (b0, b1, qv) =
+                    unsafe { (r0.add(i * bb), r1.add(i * bb), _mm256_loadu_si256(q.add(i * BLOCK).cast())) };
+                // The bytes PREFETCH ahead of both rows: the hardware prefetcher alone leaves
+                // the loop waiting on memory (a hint: addresses past the rows do not fault).
+                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH).cast());
+                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PREFETCH).cast());
+                let inv = _mm_set_ss(a.inv_scale[i]);
+                let (s, d) = block(b0, qv, inv);
+                acc0 = _mm256_fmadd_ps(s, d, acc0);
+                let (s, d) = block(b1, qv, inv);
+                acc1 = _mm256_fmadd_ps(s, d, acc1);
+            }
+            out[j] = hsum(acc0);
+            if j1 > j {
+                out[j1] = hsum(acc1);
+            }
+        }
+    }
+
+    /// Q4_0 and Q4_1: two rows at a time, two blocks `b`, `c` of each at a time against
+    /// `a`'s [`pair_layout`](super::pair_layout): one 32-byte register holds both blocks'
+    /// packed codes, so one AND (and one shift) unpacks 64 nibbles, two `vpmaddubsw` and one
+    /// `vpmaddwd` give four partial sums per block, and one multiply forms
+    /// `[d_b/s_b, d_c/s_c, m_b·Σq_b/s_b, m_c·Σq_c/s_c]` (Q4_0: `d` in place of `m`, the
+    /// constant's −8 applied once at the end, exactly). An odd last block is paired with
+    /// itself against zero activations and scales (a non-finite `d` makes the row's sum
+    /// non-finite either way).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn dot_rows_q4<const KIND: u8>(rows: &[u8], a: Int8Row, out: &mut [f32]) {
+        let bb = if KIND == Q4_0 { 18 } else { 20 };
+        let nb = a.inv_scale.len();
+        let np = nb.div_ceil(2);
+        let m = out.len();
+        assert!(rows.len() >= m * nb * bb && a.pairs.len() >= np * 2 * BLOCK && a.pair_scales.len() >= np * 4);
+        let (w, q, sc) = (rows.as_ptr(), a.pairs.as_ptr(), a.pair_scales.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        let nibble = _mm256_set1_epi8(15);
+        let spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+        // Blocks at `b`, `c` of one row against the pair's codes `qa`, `qb` and scales `s`:
+        // the eight partial sums (four per block), their factors, and the scale vector whose
+        // lanes 2 and 3 are the constant terms.
+        let pair = |b: *const u8, c: *const u8, qa: __m256i, qb: __m256i, s: __m128| {
+            // SAFETY: `b` and `c` start blocks of `bb` bytes inside `rows` (see the caller):
+            // d (and Q4_1's m) in the first four bytes, the 16 code bytes last.
+            let (v, dm) = unsafe {
+                let v =
+                    _mm256_set_m128i(_mm_loadu_si128(c.add(bb - 16).cast()), _mm_loadu_si128(b.add(bb - 16).cast()));
+                (v, _mm_unpacklo_ps(_mm_cvtph_ps(_mm_loadu_si32(b)), _mm_cvtph_ps(_mm_loadu_si32(c))))
             };
-            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
-            let constant = match KIND {
-                Q4_0 => _mm_mul_ss(_mm_mul_ss(dm, _mm_set_ss(-8.0)), qsum),
-                Q4_1 => _mm_mul_ss(_mm_movehdup_ps(dm), qsum),
-                _ => _mm_setzero_ps(),
-            };
-            (sums, _mm256_broadcastss_ps(dm), constant)
+            let lo = _mm256_and_si256(v, nibble);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+            // Each i16 lane ≤ 2 · 2 · 15 · 127: no saturation.
+            let p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, qa), _mm256_maddubs_epi16(hi, qb));
+            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            // [d_b, d_c, m_b, m_c] (Q4_0: [d_b, d_c, d_b, d_c]) times the pair's scales.
+            let dm = if KIND == Q4_0 { _mm_movelh_ps(dm, dm) } else { dm };
+            let t = _mm_mul_ps(dm, s);
+            (sums, _mm256_permutevar8x32_ps(_mm256_castps128_ps256(t), spread), t)
+        };
+        let constant = |t: __m128| {
+            let high = _mm_movehl_ps(t, t); // [t2, t3, ..]
+            let c = _mm_cvtss_f32(_mm_add_ss(high, _mm_movehdup_ps(high)));
+            if KIND == Q4_0 {
+                -8.0 * c
+            } else {
+                c
+            }
         };
         for j in (0..m).step_by(2) {
             let j1 = (j + 1).min(m - 1);
@@ -189,22 +269,31 @@ mod x86 {
             let (r0, r1) = unsafe { (w.add(j * nb * bb), w.add(j1 * nb * bb)) };
             let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             let (mut c0, mut c1) = (_mm_setzero_ps(), _mm_setzero_ps());
-            for i in 0..nb {
-                // SAFETY: block i < nb of a row lies inside it, and its 32 codes inside
-                // `a.q` (asserted above); unaligned loads.
-                let (b0, b1, qv) =
-                    unsafe { (r0.add(i * bb), r1.add(i * bb), _mm256_loadu_si256(q.add(i * BLOCK).cast())) };
-                let (inv, qsum) = (_mm_set1_ps(a.inv_scale[i]), _mm_set_ss(a.sum[i]));
-                let (s, d, c) = block(b0, qv, inv, qsum);
-                acc0 = _mm256_fmadd_ps(s, d, acc0);
-                c0 = _mm_add_ss(c0, c);
-                let (s, d, c) = block(b1, qv, inv, qsum);
-                acc1 = _mm256_fmadd_ps(s, d, acc1);
-                c1 = _mm_add_ss(c1, c);
+            for p in 0..np {
+                let (i, i1) = (2 * p, (2 * p + 1).min(nb - 1));
+                // SAFETY: blocks i, i1 < nb of a row lie inside it, and pair p's 64 codes and
+                // 4 scales inside `a.pairs` and `a.pair_scales` (asserted above).
+                let (qa, qb, s) = unsafe {
+                    (
+                        _mm256_loadu_si256(q.add(p * 2 * BLOCK).cast()),
+                        _mm256_loadu_si256(q.add(p * 2 * BLOCK + BLOCK).cast()),
+                        _mm_loadu_ps(sc.add(4 * p)),
+                    )
+                };
+                // SAFETY: as above.
+                let (b0, c0p, b1, c1p) = unsafe { (r0.add(i * bb), r0.add(i1 * bb), r1.add(i * bb), r1.add(i1 * bb)) };
+                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH).cast());
+                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PREFETCH).cast());
+                let (sums, d, t) = pair(b0, c0p, qa, qb, s);
+                acc0 = _mm256_fmadd_ps(sums, d, acc0);
+                c0 = _mm_add_ps(c0, t);
+                let (sums, d, t) = pair(b1, c1p, qa, qb, s);
+                acc1 = _mm256_fmadd_ps(sums, d, acc1);
+                c1 = _mm_add_ps(c1, t);
             }
-            out[j] = hsum(acc0) + _mm_cvtss_f32(c0);
+            out[j] = hsum(acc0) + constant(c0);
             if j1 > j {
-                out[j1] = hsum(acc1) + _mm_cvtss_f32(c1);
+                out[j1] = hsum(acc1) + constant(c1);
             }
         }
     }
@@ -237,7 +326,10 @@ mod tests {
             let q: Vec<i8> = (0..nb * BLOCK).map(|_| (next() % 255) as i8).map(|v| v.max(-127)).collect();
             let inv: Vec<f32> = (0..nb).map(|_| 1.0 / (1.0 + (next() % 1000) as f32)).collect();
             let sum: Vec<f32> = q.chunks(BLOCK).map(|c| c.iter().map(|&v| v as f32).sum()).collect();
-            let a = Int8Row { q: &q, inv_scale: &inv, sum: &sum };
+            let (pl, sl) = pair_layout_len(nb);
+            let (mut pairs, mut pair_scales) = (vec![0i8; pl], vec![0f32; sl]);
+            pair_layout(&q, &inv, &sum, &mut pairs, &mut pair_scales);
+            let a = Int8Row { q: &q, inv_scale: &inv, sum: &sum, pairs: &pairs, pair_scales: &pair_scales };
             let mut want = 0f64;
             let mut w = vec![0f32; nb * BLOCK];
             purebee_memory::quant::QuantMatrix::new(dtype, &row, 1, nb * BLOCK)

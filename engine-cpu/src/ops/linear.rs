@@ -79,6 +79,9 @@ pub(crate) struct Int8Activations {
     inv_scale: Vec<f32>,
     /// `[n, blocks]`: `Σ q` per block (exact in f32).
     sum: Vec<f32>,
+    /// Each row in the AVX2 Q4 kernels' layout (`linear_int8::pair_layout`).
+    pairs: Vec<i8>,
+    pair_scales: Vec<f32>,
     /// `[n, k]`: `x̂ = q / s_b`, for the f32 kernels.
     dequantized: Vec<f32>,
 }
@@ -95,6 +98,9 @@ impl Int8Activations {
         self.inv_scale.resize(n * nb, 0.0);
         self.sum.resize(n * nb, 0.0);
         self.dequantized.resize(n * k, 0.0);
+        let (pl, sl) = k8::pair_layout_len(nb);
+        self.pairs.resize(n * pl, 0);
+        self.pair_scales.resize(n * sl, 0.0);
         let mut scales = vec![0f32; nb];
         for r in 0..n {
             let q = &mut self.q[r * nb * BLOCK..][..nb * BLOCK];
@@ -106,16 +112,26 @@ impl Int8Activations {
             for (i, (o, &qi)) in self.dequantized[r * k..(r + 1) * k].iter_mut().zip(q.iter()).enumerate() {
                 *o = qi as f32 / scales[i / BLOCK];
             }
+            k8::pair_layout(
+                q,
+                &self.inv_scale[r * nb..(r + 1) * nb],
+                &self.sum[r * nb..(r + 1) * nb],
+                &mut self.pairs[r * pl..(r + 1) * pl],
+                &mut self.pair_scales[r * sl..(r + 1) * sl],
+            );
         }
         (self.k, self.blocks, self.key) = (k, nb, key);
     }
 
     fn row(&self, r: usize) -> Int8Row<'_> {
         let nb = self.blocks;
+        let (pl, sl) = k8::pair_layout_len(nb);
         Int8Row {
             q: &self.q[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             inv_scale: &self.inv_scale[r * nb..(r + 1) * nb],
             sum: &self.sum[r * nb..(r + 1) * nb],
+            pairs: &self.pairs[r * pl..(r + 1) * pl],
+            pair_scales: &self.pair_scales[r * sl..(r + 1) * sl],
         }
     }
 }
