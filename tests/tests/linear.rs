@@ -551,3 +551,52 @@ fn rows_of_zero_length_sum_to_zero() {
         }
     }
 }
+
+/// One `x` read by int8-block LINEARs of different kinds in one program: one token against
+/// Q4_1 (the CPU's integer kernel), then F16 and Q8_0 (an f32 kernel on `x̂`, then the
+/// integer one again), then the same weights against the f32 `x`: engines that keep a
+/// rounding per `x` must give each instruction what it needs.
+#[test]
+fn one_x_through_linears_of_both_modes_and_several_dtypes() {
+    let k = 96;
+    let mut rng = SplitMix64(77);
+    let x = activations(1, k, &mut rng, Data::Random);
+    let dtypes = [DType::Q4_1, DType::F16, DType::Q8_0];
+    let weights: Vec<Vec<u8>> = dtypes.iter().map(|&d| weight_bytes(d, 9, k, &mut rng, Data::Random)).collect();
+    let shape = |r, c| Shape::matrix(r, c).expect("valid shape");
+    let mut inputs = vec![("x", HostTensor::from_f32("x", shape(1, k), x).expect("sizes agree"))];
+    for (i, (&d, w)) in dtypes.iter().zip(&weights).enumerate() {
+        let name = ["w0", "w1", "w2"][i];
+        inputs.push((name, HostTensor::from_bytes(name, d, shape(9, k), w).expect("sizes agree")));
+    }
+    // Fixed data (seed 77), so the bound is not a gamble: summation-order differences of
+    // these 96 products are below 1e-4 here, while a stale or wrong rounding moves outputs
+    // by whole steps of x̂ (~1e-2 and more).
+    let check = |got: &[Vec<u8>], want: &[Vec<u8>], what: &str| -> Result<(), String> {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            purebee_tests::differential::assert_close(&f32s(g), &f32s(w), 1e-3, 1e-4, &format!("{what} output {i}"))?;
+        }
+        Ok(())
+    };
+    let build = |b: &mut purebee_isa::ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[purebee_isa::TensorId]| {
+        let mut outs = Vec::new();
+        for (acts, tag) in [(LinearActivations::Int8Blocks, "int8"), (LinearActivations::F32, "f32")] {
+            for (i, &w) in ids[1..].iter().enumerate() {
+                let out = b.alloc(&name(&format!("{tag}{i}")), DType::F32, &[1, 9])?;
+                b.linear_with(out, ids[0], w, acts)?;
+                outs.push(out);
+            }
+        }
+        Ok(outs)
+    };
+    on_cpu_levels(|p| {
+        let (got, want) = p.run(&inputs, &[], build);
+        check(&got, &want, &format!("{} engine", p.engine.name()))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    if !gpu_tests_skipped() {
+        let mut p = pair();
+        let (got, want) = p.run(&inputs, &[], build);
+        check(&got, &want, "gpu engine").unwrap_or_else(|e| panic!("{e}"));
+    }
+}

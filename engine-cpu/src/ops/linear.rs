@@ -44,8 +44,12 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
     QuantMatrix::new(dtype, e.store.bytes(reg, OP, l.weight)?, m, kk).map_err(decode_error)?;
     let (pool, level) = (e.pool, e.level);
     let acts = &mut e.caches.linear_activations;
+    let int8_kernel = n == 1 && k8::supports(dtype);
     if l.activations == LinearActivations::Int8Blocks {
         acts.update(level, e.store, l.x, e.store.f32s(reg, OP, l.x)?, n, kk);
+        if !int8_kernel {
+            acts.dequantize();
+        }
     }
     let acts = &*acts;
     e.store.with_output(reg, OP, l.out, |store, words| {
@@ -57,7 +61,7 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
         let w = Weights { matrix: QuantMatrix::new(dtype, bytes, m, kk).map_err(decode_error)?, bytes, dtype, k: kk };
         let out = f32s_mut(words, n * m);
         match (l.activations, n) {
-            (LinearActivations::Int8Blocks, 1) if k8::supports(dtype) => gemv_int8(pool, level, &w, acts.row(0), out),
+            (LinearActivations::Int8Blocks, 1) if int8_kernel => gemv_int8(pool, level, &w, acts.row(0), out),
             (_, 1) => gemv(pool, level, &w, x, out),
             _ => gemm(pool, level, &w, x, n, out),
         }
@@ -75,6 +79,8 @@ pub(crate) struct Int8Activations {
     blocks: usize,
     /// `[n, blocks · 32]` codes (a short last block padded with zeros).
     q: Vec<i8>,
+    /// `[n, blocks]`: `s_b`.
+    scale: Vec<f32>,
     /// `[n, blocks]`: `1 / s_b`.
     inv_scale: Vec<f32>,
     /// `[n, blocks]`: `Σ q` per block (exact in f32).
@@ -82,35 +88,34 @@ pub(crate) struct Int8Activations {
     /// Each row in the AVX2 Q4 kernels' layout (`linear_int8::pair_layout`).
     pairs: Vec<i8>,
     pair_scales: Vec<f32>,
-    /// `[n, k]`: `x̂ = q / s_b`, for the f32 kernels.
+    /// `[n, k]`: `x̂ = q / s_b`, for the f32 kernels, filled by [`Int8Activations::dequantize`]
+    /// when a kernel needs it (empty until then).
     dequantized: Vec<f32>,
 }
 
 impl Int8Activations {
     fn update(&mut self, level: SimdLevel, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
         let key = store.version(x_id).map(|v| (x_id, v));
-        if key.is_some() && key == self.key && self.k == k && self.dequantized.len() == n * k {
+        if key.is_some() && key == self.key && self.k == k && self.scale.len() == n * k.div_ceil(BLOCK) {
             return;
         }
         let nb = k.div_ceil(BLOCK);
         self.q.clear();
         self.q.resize(n * nb * BLOCK, 0);
+        self.scale.resize(n * nb, 0.0);
         self.inv_scale.resize(n * nb, 0.0);
         self.sum.resize(n * nb, 0.0);
-        self.dequantized.resize(n * k, 0.0);
+        self.dequantized.clear();
         let (pl, sl) = k8::pair_layout_len(nb);
         self.pairs.resize(n * pl, 0);
         self.pair_scales.resize(n * sl, 0.0);
-        let mut scales = vec![0f32; nb];
         for r in 0..n {
             let q = &mut self.q[r * nb * BLOCK..][..nb * BLOCK];
-            k8::quantize_row(level, &x[r * k..(r + 1) * k], &mut q[..k], &mut scales);
-            for (b, (qb, &s)) in q.chunks(BLOCK).zip(&scales).enumerate() {
+            let scales = &mut self.scale[r * nb..(r + 1) * nb];
+            k8::quantize_row(level, &x[r * k..(r + 1) * k], &mut q[..k], scales);
+            for (b, (qb, &s)) in q.chunks(BLOCK).zip(scales.iter()).enumerate() {
                 self.inv_scale[r * nb + b] = 1.0 / s;
                 self.sum[r * nb + b] = qb.iter().map(|&v| v as f32).sum();
-            }
-            for (i, (o, &qi)) in self.dequantized[r * k..(r + 1) * k].iter_mut().zip(q.iter()).enumerate() {
-                *o = qi as f32 / scales[i / BLOCK];
             }
             k8::pair_layout(
                 q,
@@ -121,6 +126,22 @@ impl Int8Activations {
             );
         }
         (self.k, self.blocks, self.key) = (k, nb, key);
+    }
+
+    /// Fills `x̂ = q / s_b` (one correctly rounded division each) if it is not yet.
+    fn dequantize(&mut self) {
+        let (k, nb) = (self.k, self.blocks);
+        let n = self.scale.len() / nb.max(1);
+        if !self.dequantized.is_empty() || n * k == 0 {
+            return;
+        }
+        self.dequantized.resize(n * k, 0.0);
+        for (r, row) in self.dequantized.chunks_exact_mut(k).enumerate() {
+            let q = &self.q[r * nb * BLOCK..][..k];
+            for (i, (o, &qi)) in row.iter_mut().zip(q).enumerate() {
+                *o = qi as f32 / self.scale[r * nb + i / BLOCK];
+            }
+        }
     }
 
     fn row(&self, r: usize) -> Int8Row<'_> {
