@@ -4,7 +4,9 @@
 //! One task per (query row, kv head): the query heads that share a kv head share one pass
 //! over its keys and one over its values. One row over a long context is also split over
 //! positions (each part keeps its own maximum, sum and weighted values, merged at the end
-//! as flash-decoding does), so that every thread has work when kv heads are few.
+//! as flash-decoding does), so that every thread has work when kv heads are few: also a
+//! short context, when the kv heads alone would leave threads idle (SmolLM2's 3 kv heads
+//! on 2 threads: 3 tasks, one thread doing two of them while the other waits).
 
 use purebee_isa::ops::Attention;
 use purebee_isa::ExecError;
@@ -18,6 +20,9 @@ use crate::store::dims;
 
 /// Positions per part when one row is split over positions.
 const SPLIT_POSITIONS: usize = 256;
+/// The fewest positions a part gets when a short context is split only to give every
+/// thread work.
+const MIN_PART: usize = 32;
 
 /// Where the caches and this task's heads are.
 #[derive(Clone, Copy)]
@@ -113,7 +118,9 @@ pub(crate) fn run(e: &mut Exec, a: &Attention, pos: u32) -> Result<(), ExecError
         let v = store.f32s(reg, OP, a.v_cache)?;
         let out = f32s_mut(words, n * q_width);
         let positions = pos as usize + 1;
-        let splits = positions.div_ceil(SPLIT_POSITIONS);
+        // Two tasks per thread at least, in parts of MIN_PART positions or more.
+        let for_threads = (2 * pool.threads()).div_ceil(n_kv.max(1)).min(positions.div_ceil(MIN_PART));
+        let splits = positions.div_ceil(SPLIT_POSITIONS).max(for_threads);
         if n == 1 && splits > 1 && n_kv < 2 * pool.threads() {
             // One row, long context: (kv head, part) tasks, then a merge per kv head.
             let per = positions.div_ceil(splits);
