@@ -19,8 +19,8 @@ use purebee_memory::DType;
 use super::linear::f16_to_f32;
 use super::SimdLevel;
 
-/// Elements per activation block (`purebee_isa::ops::LINEAR_ACT_BLOCK`).
-pub const BLOCK: usize = 32;
+/// Elements per activation block, and per Q4_0/Q4_1/Q8_0 weight block.
+pub const BLOCK: usize = purebee_isa::ops::LINEAR_ACT_BLOCK;
 
 /// The weight dtypes these kernels read.
 pub fn supports(dtype: DType) -> bool {
@@ -77,7 +77,7 @@ pub fn dot_rows(level: SimdLevel, dtype: DType, rows: &[u8], a: Int8Row, out: &m
         // NEON has no kernel of its own yet: the portable one, which the compiler vectorizes
         // for NEON's baseline.
         _ => {
-            let row_bytes = a.inv_scale.len() * block_bytes(dtype);
+            let row_bytes = a.inv_scale.len() * dtype.block_bytes();
             for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes.max(1))) {
                 *y = dot_row_portable(dtype, row, a);
             }
@@ -96,17 +96,8 @@ pub fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [i8], scales: &mut [f32
     }
 }
 
-/// Bytes per block of a [`supports`] dtype.
-fn block_bytes(dtype: DType) -> usize {
-    match dtype {
-        DType::Q8_0 => 34,
-        DType::Q4_0 => 18,
-        _ => 20,
-    }
-}
-
 fn dot_row_portable(dtype: DType, row: &[u8], a: Int8Row) -> f32 {
-    let blocks = row.chunks_exact(block_bytes(dtype)).zip(a.q.chunks_exact(BLOCK));
+    let blocks = row.chunks_exact(dtype.block_bytes()).zip(a.q.chunks_exact(BLOCK));
     let mut acc = 0f32;
     for ((b, q), (&inv, &qsum)) in blocks.zip(a.inv_scale.iter().zip(a.sum)) {
         let d = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
@@ -139,7 +130,7 @@ mod x86 {
     use purebee_memory::DType;
 
     use super::super::linear::x86::hsum;
-    use super::{block_bytes, Int8Row, BLOCK};
+    use super::{Int8Row, BLOCK};
 
     /// The Q4 layouts, as const parameters of [`dot_rows_q4`] (one compiled loop each, no
     /// dtype branch per block).
@@ -171,7 +162,7 @@ mod x86 {
     /// `d / s_b` into a vector total.
     #[target_feature(enable = "avx2,fma,f16c")]
     fn dot_rows_q8_0(rows: &[u8], a: Int8Row, out: &mut [f32]) {
-        let bb = block_bytes(DType::Q8_0);
+        let bb = DType::Q8_0.block_bytes();
         let nb = a.inv_scale.len();
         let m = out.len();
         assert!(rows.len() >= m * nb * bb && a.q.len() >= nb * BLOCK);
@@ -224,7 +215,7 @@ mod x86 {
     /// non-finite either way).
     #[target_feature(enable = "avx2,fma,f16c")]
     fn dot_rows_q4<const KIND: u8>(rows: &[u8], a: Int8Row, out: &mut [f32]) {
-        let bb = if KIND == Q4_0 { 18 } else { 20 };
+        let bb = if KIND == Q4_0 { DType::Q4_0 } else { DType::Q4_1 }.block_bytes();
         let nb = a.inv_scale.len();
         let np = nb.div_ceil(2);
         let m = out.len();
@@ -315,7 +306,7 @@ mod tests {
         };
         for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
             let nb = 7;
-            let bb = block_bytes(dtype);
+            let bb = dtype.block_bytes();
             let mut row: Vec<u8> = (0..nb * bb).map(|_| next() as u8).collect();
             for b in row.chunks_exact_mut(bb) {
                 b[0..2].copy_from_slice(&half::f16::from_f32(0.01 * (next() % 100) as f32 - 0.5).to_le_bytes());

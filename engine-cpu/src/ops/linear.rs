@@ -166,10 +166,15 @@ struct Weights<'a> {
 }
 
 impl Weights<'_> {
-    /// Row `j`'s bytes, for the dtypes the kernels read directly.
-    fn row(&self, j: usize) -> &[u8] {
+    /// The bytes of rows `j0..j0 + count`, for the dtypes the kernels read directly.
+    fn rows(&self, j0: usize, count: usize) -> &[u8] {
         let rb = self.dtype.row_bytes(self.k).unwrap_or(0);
-        &self.bytes[j * rb..(j + 1) * rb]
+        &self.bytes[j0 * rb..(j0 + count) * rb]
+    }
+
+    /// Row `j`'s bytes.
+    fn row(&self, j: usize) -> &[u8] {
+        self.rows(j, 1)
     }
 
     /// Row `j` decoded to f32.
@@ -207,10 +212,8 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Weights, x: &[f32], out: &mut [f32]) 
 
 fn gemv_int8(pool: &Pool, level: SimdLevel, w: &Weights, a: Int8Row, out: &mut [f32]) {
     let chunk = rows_per_task(pool, out.len());
-    let row_bytes = w.dtype.row_bytes(w.k).unwrap_or(0);
     pool.for_each_chunk(out, chunk, &|i, o| {
-        let j0 = i * chunk;
-        k8::dot_rows(level, w.dtype, &w.bytes[j0 * row_bytes..(j0 + o.len()) * row_bytes], a, o);
+        k8::dot_rows(level, w.dtype, w.rows(i * chunk, o.len()), a, o);
     });
 }
 
