@@ -85,7 +85,7 @@ pub fn create(args: &EngineArgs) -> Result<Box<dyn Engine>, CliError> {
 }
 
 /// The CPU engine with `--threads` checked: 0 is an error, more than the logical CPUs is
-/// clamped with a message. `PUREBEE_CPU_SIMD=portable|avx2|neon|neon-dot` forces a SIMD path.
+/// clamped with a message. `PUREBEE_CPU_SIMD=portable|avx2|avx512-vnni|neon|neon-dot` forces a SIMD path.
 fn cpu(args: &EngineArgs) -> Result<Box<dyn Engine>, CliError> {
     let available = purebee_engine_cpu::logical_cpus();
     let threads = match args.threads {

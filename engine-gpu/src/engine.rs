@@ -226,7 +226,7 @@ impl Engine for GpuEngine {
             return Ok(());
         }
         let Some(buffer) = t.parts.first() else { return Ok(()) };
-        if bytes.len() % 4 == 0 {
+        if bytes.len().is_multiple_of(4) {
             self.ctx.queue.write_buffer(buffer, 0, bytes);
         } else {
             let mut padded = bytes.to_vec();

@@ -120,7 +120,7 @@ impl DType {
     /// Bytes of one row of `cols` elements, or `None` when `cols` is not a multiple of the
     /// block length or the size overflows. For I2_S this excludes the tensor trailer.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
-        if cols % self.block_len() != 0 {
+        if !cols.is_multiple_of(self.block_len()) {
             return None;
         }
         (cols / self.block_len()).checked_mul(self.block_bytes())

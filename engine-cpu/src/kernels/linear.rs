@@ -26,8 +26,8 @@ pub fn supports(dtype: DType) -> bool {
 pub fn dot_row(level: SimdLevel, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx2` is only chosen when the CPU supports AVX2/FMA/F16C.
-        SimdLevel::Avx2 => unsafe { x86::dot_row(dtype, row, x) },
+        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_row(dtype, row, x) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::dot_row(dtype, row, x) },
@@ -178,7 +178,7 @@ pub fn dot_tile(level: SimdLevel, w: &[f32], x: &[f32], k: usize, out: &mut [f32
     match level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot_row`.
-        SimdLevel::Avx2 => unsafe { x86::dot_tile(w, x, k, out) },
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_tile(w, x, k, out) },
         _ => dot_tile_portable(w, x, k, out),
     }
 }

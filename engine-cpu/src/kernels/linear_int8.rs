@@ -72,8 +72,8 @@ pub fn pair_layout(q: &[i8], inv_scale: &[f32], sum: &[f32], pairs: &mut [i8], p
 pub fn dot_rows(level: SimdLevel, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx2` is only chosen when the CPU supports AVX2/FMA/F16C.
-        SimdLevel::Avx2 => unsafe { x86::dot_rows(dtype, rows, a, out) },
+        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_rows(dtype, rows, a, out) },
         // NEON has no kernel of its own yet: the portable one, which the compiler vectorizes
         // for NEON's baseline.
         _ => {
@@ -90,8 +90,8 @@ pub fn dot_rows(level: SimdLevel, dtype: DType, rows: &[u8], a: Int8Row, out: &m
 pub fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [i8], scales: &mut [f32]) {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx2` is only chosen when the CPU supports AVX2/FMA/F16C.
-        SimdLevel::Avx2 => unsafe { x86::quantize_row(x, q, scales) },
+        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::quantize_row(x, q, scales) },
         _ => purebee_isa::ops::quantize_blocks(x, q, scales),
     }
 }

@@ -3,6 +3,9 @@
 //! `unsafe` block says why it is sound in a `// SAFETY:` comment; the code outside this
 //! module is safe Rust (`tests/tests/architecture.rs` checks both).
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod cross_check;
 pub mod linear;
 pub mod linear_int8;
 pub(crate) mod math;

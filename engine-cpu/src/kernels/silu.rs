@@ -9,8 +9,8 @@ use super::SimdLevel;
 pub fn silu(level: SimdLevel, x: &[f32], out: &mut [f32]) {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx2` is only chosen when the CPU supports AVX2/FMA/F16C.
-        SimdLevel::Avx2 => unsafe { silu_avx2(x, out) },
+        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { silu_avx2(x, out) },
         _ => silu_lanes(x, out),
     }
 }

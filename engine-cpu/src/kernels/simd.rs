@@ -12,6 +12,10 @@ pub enum SimdLevel {
     /// x86_64 with AVX2, FMA and F16C (Haswell, Zen and later): 256-bit integer dot
     /// products (`vpmaddubsw`) for ternary weights, FMA for float weights.
     Avx2,
+    /// x86_64 with AVX-512 F, BW and VNNI besides AVX2 (Ice Lake, Sapphire Rapids, Zen 4 and
+    /// later): `vpdpbusd` on 64-byte registers for ternary weights; the other kernels are
+    /// [`SimdLevel::Avx2`]'s.
+    Avx512Vnni,
     /// aarch64's baseline Advanced SIMD: widening multiplies (`smull`, `smlal2`, `sadalp`) for ternary
     /// weights, FMA for float weights.
     Neon,
@@ -23,7 +27,8 @@ pub enum SimdLevel {
 impl SimdLevel {
     /// Every level, slowest first (each architecture's own levels in that order; a CPU
     /// supports the portable level and some of one architecture's).
-    pub const ALL: [SimdLevel; 4] = [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Neon, SimdLevel::NeonDot];
+    pub const ALL: [SimdLevel; 5] =
+        [SimdLevel::Portable, SimdLevel::Avx2, SimdLevel::Avx512Vnni, SimdLevel::Neon, SimdLevel::NeonDot];
 
     /// The fastest level this CPU supports.
     pub fn detect() -> SimdLevel {
@@ -35,6 +40,7 @@ impl SimdLevel {
         match self {
             SimdLevel::Portable => true,
             SimdLevel::Avx2 => avx2_supported(),
+            SimdLevel::Avx512Vnni => avx2_supported() && avx512_vnni_supported(),
             SimdLevel::Neon => neon_supported(false),
             SimdLevel::NeonDot => neon_supported(true),
         }
@@ -45,6 +51,7 @@ impl SimdLevel {
         match self {
             SimdLevel::Portable => "portable",
             SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512Vnni => "avx512-vnni",
             SimdLevel::Neon => "neon",
             SimdLevel::NeonDot => "neon-dot",
         }
@@ -69,6 +76,16 @@ fn avx2_supported() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_supported() -> bool {
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512_vnni_supported() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_vnni_supported() -> bool {
     false
 }
 

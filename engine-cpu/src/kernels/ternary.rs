@@ -38,8 +38,8 @@ pub const I2_S_SHIFTS: [u32; 4] = [6, 4, 2, 0];
 pub fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
     match level {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx2` is only chosen when the CPU supports AVX2/FMA/F16C.
-        SimdLevel::Avx2 => unsafe { x86::quantize_row(x, q, sums) },
+        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::quantize_row(x, q, sums) },
         _ => quantize_row_portable(x, q, sums),
     }
 }
@@ -63,6 +63,9 @@ pub fn packed_dot(level: SimdLevel, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::packed_dot(chunks, shifts, q) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::packed_dot(chunks, shifts, q) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::packed_dot(level, chunks, shifts, q) },
@@ -89,6 +92,9 @@ pub fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::tq2_0_row_sum(row, q, qsums) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::tq2_0_row_sum(row, q, qsums) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tq2_0_row_sum(level, row, q, qsums) },
@@ -128,7 +134,7 @@ pub fn uniform_scale(bits: impl IntoIterator<Item = u16>) -> Option<f64> {
 
 /// `d` (f16 bits) as the one scale of a row of `blocks` blocks, if [`uniform_scale`]'s
 /// shortcut holds for it.
-fn shared_scale(d: u16, blocks: usize) -> Option<f64> {
+pub(super) fn shared_scale(d: u16, blocks: usize) -> Option<f64> {
     let d = super::linear::f16_to_f32(d);
     (d.is_finite() && d != 0.0 && blocks <= MAX_UNIFORM_BLOCKS).then_some(d as f64)
 }
@@ -171,9 +177,9 @@ pub struct RowPair<'a> {
 /// shares every load by four or two products; prefill runs this over panels of a few KiB,
 /// so that one group's activations stay in L1 while every pair goes past them.
 pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>) {
-    assert!(at.start % 32 == 0 && at.end % 32 == 0 && at.end <= k, "tiles_2x4: unaligned panel");
+    assert!(at.start.is_multiple_of(32) && at.end.is_multiple_of(32) && at.end <= k, "tiles_2x4: unaligned panel");
     let groups = (q.len() / k.max(1)).div_ceil(4);
-    assert!(q.len() % k.max(1) == 0 && sums.len() == pairs.len() * groups);
+    assert!(q.len().is_multiple_of(k.max(1)) && sums.len() == pairs.len() * groups);
     for p in pairs {
         let blocks = k.div_ceil(p.block.max(1));
         assert!(p.block % 32 == 0 && p.c.iter().all(|s| s.len() >= k) && p.d.iter().all(|s| s.len() >= blocks));
@@ -183,6 +189,9 @@ pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::tiles_2x4(pairs, sums, q, k, at, groups) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::tiles_2x4(pairs, sums, q, k, at, groups) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tiles_2x4(level, pairs, sums, q, k, at, groups) },
@@ -247,6 +256,9 @@ pub fn codes_dot(level: SimdLevel, codes: &[u8], q: &[i8]) -> i32 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::codes_dot(codes, q) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::codes_dot(codes, q) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::codes_dot(level, codes, q) },

@@ -54,7 +54,7 @@ impl Rope {
         if hd == 0 || cols % hd != 0 {
             return Err(c.invalid(format!("head_dim {hd} does not divide the {cols} columns of x")));
         }
-        if self.rot_dim == 0 || self.rot_dim % 2 != 0 || self.rot_dim > self.head_dim {
+        if self.rot_dim == 0 || !self.rot_dim.is_multiple_of(2) || self.rot_dim > self.head_dim {
             return Err(c.invalid(format!("rot_dim {} must be even, > 0 and <= head_dim {hd}", self.rot_dim)));
         }
         if let F32Arg::Const(b) = self.base {

@@ -67,7 +67,7 @@ pub enum EncodeError {
 
 /// Checks that `trits` are whole blocks of `block_len` and each in −1..=1.
 fn check(dtype: DType, trits: &[i8], block_len: usize) -> Result<(), EncodeError> {
-    if trits.len() % block_len != 0 {
+    if !trits.len().is_multiple_of(block_len) {
         return Err(EncodeError::NotWholeBlocks { dtype, len: trits.len(), block_len });
     }
     match trits.iter().position(|t| !(-1..=1).contains(t)) {
@@ -171,7 +171,7 @@ pub fn encode_q8_0_block(x: &[f32; q8_0::BLOCK_LEN]) -> [u8; q8_0::BLOCK_BYTES] 
 /// Quantizes floats (a multiple of 32) to Q8_0 blocks of 34 bytes with [`encode_q8_0_block`]:
 /// block `b` holds `x[32b .. 32(b+1)]`.
 pub fn encode_q8_0_row(x: &[f32]) -> Result<Vec<u8>, EncodeError> {
-    if x.len() % q8_0::BLOCK_LEN != 0 {
+    if !x.len().is_multiple_of(q8_0::BLOCK_LEN) {
         return Err(EncodeError::ValuesNotWholeBlocks { dtype: DType::Q8_0, len: x.len(), block_len: q8_0::BLOCK_LEN });
     }
     let mut bytes = Vec::with_capacity(x.len() / q8_0::BLOCK_LEN * q8_0::BLOCK_BYTES);

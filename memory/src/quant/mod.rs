@@ -77,7 +77,7 @@ impl<'a> QuantMatrix<'a> {
     /// Every later row access relies on this check.
     pub fn new(dtype: DType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<Self, QuantError> {
         let block_len = dtype.block_len();
-        if cols % block_len != 0 {
+        if !cols.is_multiple_of(block_len) {
             return Err(QuantError::NotWholeBlocks { dtype, cols, block_len });
         }
         let (Some(row_bytes), Some(expected)) = (dtype.row_bytes(cols), dtype.tensor_bytes(rows, cols)) else {
