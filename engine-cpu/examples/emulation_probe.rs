@@ -4,7 +4,7 @@
 //! `cargo build --release -p purebee-engine-cpu --example emulation_probe`.
 
 use purebee_engine_cpu::kernels::cross_check::check_ternary_kernels;
-use purebee_engine_cpu::SimdLevel;
+use purebee_engine_cpu::{Simd, SimdLevel};
 
 /// Runs `cases` seeded cases of [`check_ternary_kernels`] on the `avx512-vnni` level.
 /// Returns 0 when every kernel agrees, `u64::MAX` when the CPU (as its CPUID and XCR0
@@ -14,10 +14,10 @@ use purebee_engine_cpu::SimdLevel;
 #[allow(unsafe_code)]
 #[no_mangle]
 pub extern "C" fn purebee_check_avx512_vnni(seed: u64, cases: u32) -> u64 {
-    if !SimdLevel::Avx512Vnni.is_supported() {
+    let Some(level) = Simd::new(SimdLevel::Avx512Vnni) else {
         return u64::MAX;
-    }
-    match check_ternary_kernels(SimdLevel::Avx512Vnni, seed, cases) {
+    };
+    match check_ternary_kernels(level, seed, cases) {
         Ok(()) => 0,
         Err(d) => d.code(),
     }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use purebee_engine_cpu::kernels::linear::dot_row;
 use purebee_engine_cpu::kernels::linear_int8;
 use purebee_engine_cpu::kernels::ternary::tq2_0_row_sum;
-use purebee_engine_cpu::SimdLevel;
+use purebee_engine_cpu::Simd;
 use purebee_memory::DType;
 
 fn main() {
@@ -24,7 +24,7 @@ fn main() {
     println!("pool of {threads}: {:.2} us per spread-and-join", t.elapsed().as_secs_f64() / joins as f64 * 1e6);
     drop(pool);
 
-    let level = SimdLevel::detect();
+    let level = Simd::detect();
     let k = 576;
     for (dtype, bb) in [(DType::Q4_1, 20), (DType::Q8_0, 34), (DType::F16, 64)] {
         for rows in [512usize, 150_000] {
@@ -113,7 +113,7 @@ fn main() {
 
 /// Prefill's BITLINEAR tile: 8 unpacked rows of 6912 codes against 128 tokens, in panels
 /// of 1024 elements, with one scale per row (one block of k) or a scale per 256.
-fn prefill_tiles(level: SimdLevel) {
+fn prefill_tiles(level: Simd) {
     use purebee_engine_cpu::kernels::ternary::{tiles_2x4, RowPair, TileSums};
     let (rows, k, n) = (8usize, 6912usize, 128usize);
     let codes: Vec<u8> = (0..rows * k).map(|i| (i * 7 % 251 % 3) as u8).collect();

@@ -8,7 +8,7 @@ use purebee_isa::{Engine, ExecError, Instruction, ParamValue, Program, ProgramId
 use purebee_memory::{DType, MemoryError, Registry, TensorId};
 
 use crate::kernels::pool::Pool;
-use crate::kernels::SimdLevel;
+use crate::kernels::{Simd, SimdLevel};
 use crate::ops::{self, Caches, Exec};
 use crate::store::{byte_len, Store};
 
@@ -51,7 +51,7 @@ pub struct CpuEngine {
     memory: Registry,
     store: Store,
     pool: Pool,
-    level: SimdLevel,
+    level: Simd,
     caches: Caches,
     /// Programs whose registry operands were checked for alignment (once per program).
     prepared: HashSet<ProgramId>,
@@ -88,10 +88,8 @@ impl CpuEngine {
             return Err(CpuError::Threads { requested: threads, available });
         }
         let supported = SimdLevel::detect();
-        let level = options.simd.unwrap_or(supported);
-        if !level.is_supported() {
-            return Err(CpuError::Simd { level, supported });
-        }
+        let requested = options.simd.unwrap_or(supported);
+        let level = Simd::new(requested).ok_or(CpuError::Simd { level: requested, supported })?;
         Ok(CpuEngine {
             memory: Registry::new(),
             store: Store::default(),
@@ -104,7 +102,7 @@ impl CpuEngine {
 
     /// The SIMD path in use.
     pub fn simd(&self) -> SimdLevel {
-        self.level
+        self.level.get()
     }
 
     /// Threads in use, the caller's included.

@@ -19,4 +19,4 @@ mod ops;
 mod store;
 
 pub use engine::{logical_cpus, physical_cores, CpuEngine, CpuError, CpuOptions};
-pub use kernels::SimdLevel;
+pub use kernels::{Simd, SimdLevel};

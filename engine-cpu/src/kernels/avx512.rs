@@ -138,7 +138,9 @@ pub(super) fn codes_dot(codes: &[u8], q: &[i8]) -> i32 {
 /// See `ternary::tiles_2x4`, which checked the slices' lengths and the alignments.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tiles_2x4(pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>, groups: usize) {
-    ternary::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, s));
+    ternary::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| {
+        tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, s)
+    });
 }
 
 /// One 2-row × 4-token tile of [`tiles_2x4`]: eight i32 accumulators of 16 lanes, each

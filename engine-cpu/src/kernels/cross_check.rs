@@ -13,7 +13,7 @@
 use std::fmt;
 
 use super::ternary::{self, RowPair, TileSums, I2_S_SHIFTS, TQ2_0_SHIFTS};
-use super::SimdLevel;
+use super::Simd;
 
 /// The kernel that disagreed, and on which case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +70,7 @@ const MAX_TOKENS: usize = 6;
 
 /// Runs `cases` seeded random cases of every ternary kernel on `level` and on the
 /// portable path; the first disagreement, if any. `level` must be supported by this CPU.
-pub fn check_ternary_kernels(level: SimdLevel, seed: u64, cases: u32) -> Result<(), Disagreement> {
+pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), Disagreement> {
     let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
     for case in 0..cases {
         let fail = |kernel| Err(Disagreement { kernel, case });
@@ -82,8 +82,7 @@ pub fn check_ternary_kernels(level: SimdLevel, seed: u64, cases: u32) -> Result<
         rng.fill_activations(&mut q[..128 * n]);
         let (chunks, q) = (&chunks[..32 * n], &q[..128 * n]);
         for (shifts, kernel) in [(&TQ2_0_SHIFTS, Kernel::PackedDotTq2_0), (&I2_S_SHIFTS, Kernel::PackedDotI2S)] {
-            if ternary::packed_dot(level, chunks, shifts, q) != ternary::packed_dot(SimdLevel::Portable, chunks, shifts, q)
-            {
+            if ternary::packed_dot(level, chunks, shifts, q) != ternary::packed_dot(Simd::PORTABLE, chunks, shifts, q) {
                 return fail(kernel);
             }
         }
@@ -92,7 +91,7 @@ pub fn check_ternary_kernels(level: SimdLevel, seed: u64, cases: u32) -> Result<
         let mut codes = [0u8; 128 * MAX_CHUNKS];
         rng.fill_codes(&mut codes[..len]);
         if ternary::codes_dot(level, &codes[..len], &q[..len])
-            != ternary::codes_dot(SimdLevel::Portable, &codes[..len], &q[..len])
+            != ternary::codes_dot(Simd::PORTABLE, &codes[..len], &q[..len])
         {
             return fail(Kernel::CodesDot);
         }
@@ -113,7 +112,7 @@ pub fn check_ternary_kernels(level: SimdLevel, seed: u64, cases: u32) -> Result<
         }
         let (row, qb, qsums) = (&row[..66 * blocks], &qb[..256 * blocks], &qsums[..blocks]);
         let (got, want) =
-            (ternary::tq2_0_row_sum(level, row, qb, qsums), ternary::tq2_0_row_sum(SimdLevel::Portable, row, qb, qsums));
+            (ternary::tq2_0_row_sum(level, row, qb, qsums), ternary::tq2_0_row_sum(Simd::PORTABLE, row, qb, qsums));
         if got.to_bits() != want.to_bits() && !(got.is_nan() && want.is_nan()) {
             return fail(Kernel::Tq2_0RowSum);
         }
@@ -125,7 +124,7 @@ pub fn check_ternary_kernels(level: SimdLevel, seed: u64, cases: u32) -> Result<
 }
 
 /// One random prefill tile problem on `level` and on the portable path: same bits.
-fn tiles_agree(level: SimdLevel, rng: &mut Rng) -> bool {
+fn tiles_agree(level: Simd, rng: &mut Rng) -> bool {
     let k = 32 * (1 + rng.below(MAX_TILE_K / 32));
     let block = 32 * (1 + rng.below(k / 32));
     let panel = 32 * (1 + rng.below(k / 32));
@@ -147,10 +146,11 @@ fn tiles_agree(level: SimdLevel, rng: &mut Rng) -> bool {
         }
         sums
     };
-    let (got, want) = (run(level), run(SimdLevel::Portable));
-    got[..groups].iter().zip(&want[..groups]).all(|(g, w)| {
-        g.raw == w.raw && g.y.iter().zip(&w.y).all(|(a, b)| a.to_bits() == b.to_bits())
-    })
+    let (got, want) = (run(level), run(Simd::PORTABLE));
+    got[..groups]
+        .iter()
+        .zip(&want[..groups])
+        .all(|(g, w)| g.raw == w.raw && g.y.iter().zip(&w.y).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
 /// A small seeded generator (SplitMix64): the same cases on every machine.
@@ -197,7 +197,7 @@ mod tests {
 
     #[test]
     fn every_supported_level_agrees_with_the_portable_kernels() {
-        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_supported()) {
+        for level in Simd::all_supported() {
             assert_eq!(check_ternary_kernels(level, 7, 300), Ok(()), "{level}");
         }
     }

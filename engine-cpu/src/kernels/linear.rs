@@ -15,7 +15,7 @@
 
 use purebee_memory::DType;
 
-use super::SimdLevel;
+use super::{Simd, SimdLevel};
 
 /// The dtypes these kernels read directly; others are decoded by the caller.
 pub fn supports(dtype: DType) -> bool {
@@ -23,13 +23,13 @@ pub fn supports(dtype: DType) -> bool {
 }
 
 /// `Σ x_i · w_i` for one row `row` (its bytes, `x.len()` elements) of a [`supports`] dtype.
-pub fn dot_row(level: SimdLevel, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    match level {
+pub fn dot_row(level: Simd, dtype: DType, row: &[u8], x: &[f32]) -> f32 {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_row(dtype, row, x) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::dot_row(dtype, row, x) },
         _ => dot_row_portable(dtype, row, x),
     }
@@ -166,7 +166,7 @@ fn decode_partial(dtype: DType, b: &[u8], w: &mut [f32; 32]) {
 }
 
 /// `Σ a_i · b_i` in f32 (the one-row, one-token case of [`dot_tile`]).
-pub fn dot(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
+pub fn dot(level: Simd, a: &[f32], b: &[f32]) -> f32 {
     let mut y = 0f32;
     dot_tile(level, a, b, a.len(), std::slice::from_mut(&mut y));
     y
@@ -174,8 +174,8 @@ pub fn dot(level: SimdLevel, a: &[f32], b: &[f32]) -> f32 {
 
 /// A tile product: `out[t · rows + r] = Σ_i w[r·k + i] · x[t·k + i]` for `rows` decoded
 /// weight rows and `tokens` activation rows of `k` elements.
-pub fn dot_tile(level: SimdLevel, w: &[f32], x: &[f32], k: usize, out: &mut [f32]) {
-    match level {
+pub fn dot_tile(level: Simd, w: &[f32], x: &[f32], k: usize, out: &mut [f32]) {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `dot_row`.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_tile(w, x, k, out) },

@@ -17,6 +17,8 @@
 use purebee_memory::DType;
 
 use super::linear::f16_to_f32;
+use super::Simd;
+#[cfg(target_arch = "x86_64")]
 use super::SimdLevel;
 
 /// Elements per activation block, and per Q4_0/Q4_1/Q8_0 weight block.
@@ -69,10 +71,10 @@ pub fn pair_layout(q: &[i8], inv_scale: &[f32], sum: &[f32], pairs: &mut [i8], p
 
 /// `out[j] = Σ_b (Σ_{i∈b} q_i · w_ji) / s_b` for `out.len()` consecutive weight rows `rows`
 /// (their bytes) of a [`supports`] dtype against `a` (as many elements as a row).
-pub fn dot_rows(level: SimdLevel, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
-    match level {
+pub fn dot_rows(level: Simd, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_rows(dtype, rows, a, out) },
         // NEON has no kernel of its own yet: the portable one, which the compiler vectorizes
         // for NEON's baseline.
@@ -87,10 +89,10 @@ pub fn dot_rows(level: SimdLevel, dtype: DType, rows: &[u8], a: Int8Row, out: &m
 
 /// Rounds one row `x` to int8 blocks (`purebee_isa::ops::quantize_blocks`, the rule written
 /// once): `q` (`x.len()` codes) and the scale `s_b` of each block.
-pub fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [i8], scales: &mut [f32]) {
-    match level {
+pub fn quantize_row(level: Simd, x: &[f32], q: &mut [i8], scales: &mut [f32]) {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::quantize_row(x, q, scales) },
         _ => purebee_isa::ops::quantize_blocks(x, q, scales),
     }
@@ -329,7 +331,7 @@ mod tests {
             for (i, (&qi, &wi)) in q.iter().zip(&w).enumerate() {
                 want += qi as f64 * wi as f64 * inv[i / BLOCK] as f64;
             }
-            for level in SimdLevel::ALL.into_iter().filter(|l| l.is_supported()) {
+            for level in Simd::all_supported() {
                 let mut got = [0f32; 3];
                 let rows = [row.clone(), row.clone(), row.clone()].concat();
                 dot_rows(level, dtype, &rows, a, &mut got);

@@ -16,4 +16,4 @@ pub mod silu;
 pub mod simd;
 pub mod ternary;
 
-pub use simd::SimdLevel;
+pub use simd::{Simd, SimdLevel};

@@ -21,12 +21,12 @@ use purebee_memory::DType;
 
 use super::linear::{self, f16_to_f32};
 use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
-use super::SimdLevel;
+use super::{Simd, SimdLevel};
 
-/// True when the `SDOT = true` kernels may run: `level` asks for them and the CPU has
-/// `dotprod` (the one place that picks them, which the `sdot` in `dot16` relies on).
-fn sdot(level: SimdLevel) -> bool {
-    level == SimdLevel::NeonDot && level.is_supported()
+/// True when the `SDOT = true` kernels may run: `level` asks for them, and being a [`Simd`],
+/// the CPU has `dotprod` (the one place that picks them, which the `sdot` in `dot16` relies on).
+fn sdot(level: Simd) -> bool {
+    level.get() == SimdLevel::NeonDot
 }
 
 /// The first 16 bytes of `s` (bounds checked; the check goes when the caller's slicing
@@ -110,7 +110,7 @@ fn chunks_dot<const SDOT: bool>(mut acc: int32x4_t, chunks: &[u8], shifts: &[u32
 
 /// `ternary::packed_dot`.
 #[target_feature(enable = "neon")]
-pub(crate) fn packed_dot(level: SimdLevel, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
+pub(crate) fn packed_dot(level: Simd, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     let zero = vdupq_n_s32(0);
     let acc = if sdot(level) {
         chunks_dot::<true>(zero, chunks, shifts, q)
@@ -122,7 +122,7 @@ pub(crate) fn packed_dot(level: SimdLevel, chunks: &[u8], shifts: &[u32; 4], q: 
 
 /// `ternary::tq2_0_row_sum`.
 #[target_feature(enable = "neon")]
-pub(crate) fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
+pub(crate) fn tq2_0_row_sum(level: Simd, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     if sdot(level) {
         row_sum::<true>(row, q, qsums)
     } else {
@@ -158,7 +158,7 @@ fn row_sum<const SDOT: bool>(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 /// `ternary::tiles_2x4`, after its checks (`groups` tile groups of four tokens).
 #[target_feature(enable = "neon")]
 pub(crate) fn tiles_2x4(
-    level: SimdLevel,
+    level: Simd,
     pairs: &[RowPair],
     sums: &mut [TileSums],
     q: &[i8],
@@ -218,7 +218,7 @@ fn tile<const SDOT: bool>(p: &RowPair, q: [&[i8]; 4], at: Range<usize>, qsums: &
 
 /// `ternary::codes_dot` (codes 0..=3, as there).
 #[target_feature(enable = "neon")]
-pub(crate) fn codes_dot(level: SimdLevel, codes: &[u8], q: &[i8]) -> i32 {
+pub(crate) fn codes_dot(level: Simd, codes: &[u8], q: &[i8]) -> i32 {
     if sdot(level) {
         codes_dot_k::<true>(codes, q)
     } else {
@@ -254,7 +254,7 @@ pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
             (vaddq_f32(dot_i8(&xs[..16], lo), dot_i8(&xs[16..], hi)), f16_at(b, 0))
         }),
         DType::Q4_1 => q4_1_row(row, x),
-        _ => linear::dot_row(SimdLevel::Portable, dtype, row, x),
+        _ => linear::dot_row(Simd::PORTABLE, dtype, row, x),
     }
 }
 
@@ -401,9 +401,10 @@ mod tests {
     use super::*;
     use crate::kernels::ternary::{unpack_chunks, I2_S_SHIFTS};
 
-    /// Both levels, whatever the CPU: `NeonDot` without `dotprod` takes the widening path
-    /// (`sdot` checks), which is then tested twice.
-    const LEVELS: [SimdLevel; 2] = [SimdLevel::Neon, SimdLevel::NeonDot];
+    /// The NEON levels this CPU supports (`neon-dot` only with `dotprod`).
+    fn levels() -> impl Iterator<Item = Simd> {
+        Simd::all_supported().filter(|l| l.get() != SimdLevel::Portable)
+    }
 
     /// A small deterministic generator (an LCG's high bits).
     struct Rng(u64);
@@ -450,15 +451,15 @@ mod tests {
                 for shifts in [&TQ2_0_SHIFTS, &I2_S_SHIFTS] {
                     let mut codes = vec![0u8; 128 * n_chunks];
                     unpack_chunks(&chunks, shifts, &mut codes);
-                    let want = ternary::packed_dot(SimdLevel::Portable, &chunks, shifts, &q);
+                    let want = ternary::packed_dot(Simd::PORTABLE, &chunks, shifts, &q);
                     // Lengths that end inside a vector take the scalar tail.
                     let lens = [codes.len(), codes.len() - 5, 13];
-                    for level in LEVELS {
+                    for level in levels() {
                         // SAFETY: NEON is present (aarch64 baseline, asserted in `detect_…`).
                         assert_eq!(unsafe { packed_dot(level, &chunks, shifts, &q) }, want, "{level} {n_chunks}");
                         for len in lens {
                             let (c, qq) = (&codes[..len], &q[..len]);
-                            let want = ternary::codes_dot(SimdLevel::Portable, c, qq);
+                            let want = ternary::codes_dot(Simd::PORTABLE, c, qq);
                             // SAFETY: as above.
                             assert_eq!(unsafe { codes_dot(level, c, qq) }, want, "{level} codes, {len}");
                         }
@@ -510,8 +511,8 @@ mod tests {
             rows.push(tq2_0_row(&mut rng, blocks, false, |b| if b == 0 || b + 1 == blocks { 0x3c00 } else { 0x3800 }));
             for (row, q) in rows {
                 let qsums: Vec<i32> = q.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
-                let want = ternary::tq2_0_row_sum(SimdLevel::Portable, &row, &q, &qsums);
-                for level in LEVELS {
+                let want = ternary::tq2_0_row_sum(Simd::PORTABLE, &row, &q, &qsums);
+                for level in levels() {
                     // SAFETY: as in `packed_and_unpacked_dots_…`.
                     let got = unsafe { tq2_0_row_sum(level, &row, &q, &qsums) };
                     assert!(
@@ -525,7 +526,7 @@ mod tests {
         // scale is +0 (the blocks' terms cancel), where `d · 0` would be −0.
         let (row, q) = tq2_0_row(&mut rng, 4, true, |_| 0xb800);
         let qsums: Vec<i32> = q.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
-        for level in LEVELS {
+        for level in levels() {
             // SAFETY: as above.
             let got = unsafe { tq2_0_row_sum(level, &row, &q, &qsums) };
             assert_eq!(got.to_bits(), 0f64.to_bits(), "{level}");
@@ -554,12 +555,12 @@ mod tests {
                         qsums: &qsums,
                     })
                     .collect();
-                for level in LEVELS {
+                for level in levels() {
                     let mut want = vec![TileSums::default(); pairs.len() * groups];
                     let mut got = want.clone();
                     for p0 in (0..k).step_by(panel) {
                         let at = p0..(p0 + panel).min(k);
-                        ternary::tiles_2x4(SimdLevel::Portable, &pairs, &mut want, &q, k, at.clone());
+                        ternary::tiles_2x4(Simd::PORTABLE, &pairs, &mut want, &q, k, at.clone());
                         // SAFETY: as in `packed_and_unpacked_dots_…`.
                         unsafe { tiles_2x4(level, &pairs, &mut got, &q, k, at.clone(), groups) };
                         for (g, w) in got.iter().zip(&want) {
@@ -631,7 +632,7 @@ mod tests {
                     let row = weight_row(&mut rng, dtype, k, exact);
                     let x: Vec<f32> =
                         (0..k).map(|_| if exact { (rng.next() % 9) as f32 - 4.0 } else { rng.unit() }).collect();
-                    let want = linear::dot_row(SimdLevel::Portable, dtype, &row, &x);
+                    let want = linear::dot_row(Simd::PORTABLE, dtype, &row, &x);
                     let mut w = vec![0f32; k];
                     linear::decode_row(dtype, &row, &mut w);
                     let abs: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();

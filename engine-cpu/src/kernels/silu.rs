@@ -3,13 +3,15 @@
 //! bits as [`silu_one`], element by element.
 
 use super::math;
+use super::Simd;
+#[cfg(target_arch = "x86_64")]
 use super::SimdLevel;
 
 /// `out_i = silu(x_i)`.
-pub fn silu(level: SimdLevel, x: &[f32], out: &mut [f32]) {
-    match level {
+pub fn silu(level: Simd, x: &[f32], out: &mut [f32]) {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { silu_avx2(x, out) },
         _ => silu_lanes(x, out),
     }
@@ -60,7 +62,7 @@ mod tests {
         let mut x: Vec<f32> = (-2000..2000).map(|i| i as f32 * 0.0731).collect();
         x.extend([0.0, -0.0, -87.0, -87.01, -100.0, -1e30, 87.5, 1e30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
         x.extend([1e-40, -1e-40, f32::MIN_POSITIVE, -f32::MAX, f32::MAX]);
-        for level in SimdLevel::ALL.into_iter().filter(|l| l.is_supported()) {
+        for level in Simd::all_supported() {
             let mut out = vec![0f32; x.len()];
             silu(level, &x, &mut out);
             for (&v, &got) in x.iter().zip(&out) {

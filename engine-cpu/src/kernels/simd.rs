@@ -63,6 +63,44 @@ impl SimdLevel {
     }
 }
 
+/// A [`SimdLevel`] this CPU supports: what the kernels' dispatchers take, so that safe code
+/// cannot run a level's `#[target_feature]` kernels on a CPU without those features (the
+/// `// SAFETY:` comments of the dispatchers rest on it). Made only by [`Simd::new`], which
+/// checks, and [`Simd::detect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Simd(SimdLevel);
+
+impl Simd {
+    /// The portable kernels, which every CPU runs.
+    pub const PORTABLE: Simd = Simd(SimdLevel::Portable);
+
+    /// `level`, if this CPU supports it.
+    pub fn new(level: SimdLevel) -> Option<Simd> {
+        level.is_supported().then_some(Simd(level))
+    }
+
+    /// The fastest level this CPU supports.
+    pub fn detect() -> Simd {
+        Simd(SimdLevel::detect())
+    }
+
+    /// Every level this CPU supports, slowest first.
+    pub fn all_supported() -> impl Iterator<Item = Simd> {
+        SimdLevel::ALL.into_iter().filter_map(Simd::new)
+    }
+
+    /// The level.
+    pub fn get(self) -> SimdLevel {
+        self.0
+    }
+}
+
+impl fmt::Display for Simd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 impl fmt::Display for SimdLevel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -81,7 +119,9 @@ fn avx2_supported() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 fn avx512_vnni_supported() -> bool {
-    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
 }
 
 #[cfg(not(target_arch = "x86_64"))]

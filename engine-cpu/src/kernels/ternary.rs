@@ -22,7 +22,7 @@ use std::ops::Range;
 
 use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize};
 
-use super::SimdLevel;
+use super::{Simd, SimdLevel};
 
 /// Elements per 32-byte chunk of 2-bit codes.
 pub const CHUNK_ELEMS: usize = 128;
@@ -35,10 +35,10 @@ pub const I2_S_SHIFTS: [u32; 4] = [6, 4, 2, 0];
 /// Quantizes one row as BITLINEAR specifies: returns `s` and fills `q`, and `sums[g]` with
 /// `Σ q` over elements `128g .. 128g + 128` (`q.len()` is a multiple of 128 when `sums`
 /// is not empty).
-pub fn quantize_row(level: SimdLevel, x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
-    match level {
+pub fn quantize_row(level: Simd, x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `Avx2` and `Avx512Vnni` are only chosen when the CPU supports AVX2/FMA/F16C.
+        // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::quantize_row(x, q, sums) },
         _ => quantize_row_portable(x, q, sums),
     }
@@ -58,16 +58,16 @@ fn quantize_row_portable(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
 
 /// Raw `Σ c·q` of consecutive 32-byte chunks of 2-bit codes (`chunks.len() = 32·n`)
 /// against `q` (`128·n` activations), the chunk's runs at `shifts`.
-pub fn packed_dot(level: SimdLevel, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
-    match level {
+pub fn packed_dot(level: Simd, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::packed_dot(chunks, shifts, q) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
         SimdLevel::Avx512Vnni => unsafe { super::avx512::packed_dot(chunks, shifts, q) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::packed_dot(level, chunks, shifts, q) },
         _ => packed_dot_portable(chunks, shifts, q),
     }
@@ -87,16 +87,16 @@ fn packed_dot_portable(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
 /// One TQ2_0 row's `Σ_b d_b · (Σ_{i∈b} c_i·q_i − qsums[b])` (BITLINEAR's `y · s`), the
 /// products exact in f64 and added in block order starting from `Iterator::sum`'s zero:
 /// bit for bit the reference engine's sum.
-pub fn tq2_0_row_sum(level: SimdLevel, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
-    match level {
+pub fn tq2_0_row_sum(level: Simd, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::tq2_0_row_sum(row, q, qsums) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
         SimdLevel::Avx512Vnni => unsafe { super::avx512::tq2_0_row_sum(row, q, qsums) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tq2_0_row_sum(level, row, q, qsums) },
         _ => {
             let zero: f64 = std::iter::empty::<f64>().sum();
@@ -176,7 +176,7 @@ pub struct RowPair<'a> {
 /// block that ends inside `at`; `at`'s ends are multiples of 32. Each 2-row × 4-token tile
 /// shares every load by four or two products; prefill runs this over panels of a few KiB,
 /// so that one group's activations stay in L1 while every pair goes past them.
-pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>) {
+pub fn tiles_2x4(level: Simd, pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>) {
     assert!(at.start.is_multiple_of(32) && at.end.is_multiple_of(32) && at.end <= k, "tiles_2x4: unaligned panel");
     let groups = (q.len() / k.max(1)).div_ceil(4);
     assert!(q.len().is_multiple_of(k.max(1)) && sums.len() == pairs.len() * groups);
@@ -185,15 +185,15 @@ pub fn tiles_2x4(level: SimdLevel, pairs: &[RowPair], sums: &mut [TileSums], q: 
         assert!(p.block % 32 == 0 && p.c.iter().all(|s| s.len() >= k) && p.d.iter().all(|s| s.len() >= blocks));
         assert!(p.qsums.len() >= groups * blocks);
     }
-    match level {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::tiles_2x4(pairs, sums, q, k, at, groups) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
         SimdLevel::Avx512Vnni => unsafe { super::avx512::tiles_2x4(pairs, sums, q, k, at, groups) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::tiles_2x4(level, pairs, sums, q, k, at, groups) },
         _ => for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| {
             tile_2x4_portable(p.c, tok, at.clone(), p.block, p.d, qs, s)
@@ -251,16 +251,16 @@ fn tile_2x4_portable(
 }
 
 /// Raw `Σ c·q` of codes stored one per byte (`codes.len() = q.len()`, a multiple of 32).
-pub fn codes_dot(level: SimdLevel, codes: &[u8], q: &[i8]) -> i32 {
-    match level {
+pub fn codes_dot(level: Simd, codes: &[u8], q: &[i8]) -> i32 {
+    match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
         SimdLevel::Avx2 => unsafe { x86::codes_dot(codes, q) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `SimdLevel::Avx512Vnni` is only chosen when the CPU supports AVX-512 F, BW and VNNI.
+        // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
         SimdLevel::Avx512Vnni => unsafe { super::avx512::codes_dot(codes, q) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: `Neon` and `NeonDot` are only chosen when the CPU has NEON (dotprod is checked there).
+        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
         SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::codes_dot(level, codes, q) },
         _ => codes.iter().zip(q).map(|(&c, &qi)| c as i32 * qi as i32).sum(),
     }
@@ -580,8 +580,8 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn levels() -> impl Iterator<Item = SimdLevel> {
-        SimdLevel::ALL.into_iter().filter(|l| l.is_supported())
+    fn levels() -> impl Iterator<Item = Simd> {
+        Simd::all_supported()
     }
 
     /// The reference engine's sum of one TQ2_0 row: trits from memory's decoder, i64 sums,

@@ -15,7 +15,7 @@ use super::kv_write::check_fits;
 use super::{f32s_mut, Exec};
 use crate::kernels::linear::dot;
 use crate::kernels::math;
-use crate::kernels::SimdLevel;
+use crate::kernels::Simd;
 use crate::store::dims;
 
 /// Positions per part when one row is split over positions.
@@ -31,7 +31,7 @@ struct Shape {
     group: usize,
     kv_width: usize,
     scale: f32,
-    level: SimdLevel,
+    level: Simd,
 }
 
 /// What one part of the positions of one (row, kv head) produced: per query head of the

@@ -21,7 +21,7 @@ use super::{f32s_mut, Exec};
 use crate::kernels::linear::f16_to_f32;
 use crate::kernels::pool::Pool;
 use crate::kernels::ternary::{self as t, CHUNK_ELEMS};
-use crate::kernels::SimdLevel;
+use crate::kernels::Simd;
 use crate::store::{dims, mem, Store};
 
 /// Weight rows unpacked together in prefill.
@@ -44,7 +44,7 @@ pub(crate) struct Activations {
 }
 
 impl Activations {
-    fn update(&mut self, level: SimdLevel, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
+    fn update(&mut self, level: Simd, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
         let key = store.version(x_id).map(|v| (x_id, v));
         if key.is_some() && key == self.key && self.k == k && self.s.len() == n {
             return;
@@ -213,7 +213,7 @@ impl<'a> Ternary<'a> {
     }
 }
 
-fn gemv(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
+fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
     let chunk = rows_per_task(pool, out.len());
     let q = acts.q(0);
     let nb = w.blocks();
@@ -277,7 +277,7 @@ fn unpack_row(w: &Ternary, j: usize, codes: &mut [u8]) {
     }
 }
 
-fn gemm(pool: &Pool, level: SimdLevel, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
+fn gemm(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
     let (m, k) = (out.len() / n.max(1), w.k);
     let (block, blocks) = (w.block_len(), w.blocks());
     // Σ q per scale block, per token; then per group of four tokens (a missing token

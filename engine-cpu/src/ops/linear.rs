@@ -21,7 +21,7 @@ use super::{f32s_mut, Exec};
 use crate::kernels::linear as k;
 use crate::kernels::linear_int8::{self as k8, Int8Row, BLOCK};
 use crate::kernels::pool::Pool;
-use crate::kernels::SimdLevel;
+use crate::kernels::Simd;
 use crate::store::{dims, mem, Store};
 
 /// Weight rows decoded together in prefill.
@@ -94,7 +94,7 @@ pub(crate) struct Int8Activations {
 }
 
 impl Int8Activations {
-    fn update(&mut self, level: SimdLevel, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
+    fn update(&mut self, level: Simd, store: &Store, x_id: TensorId, x: &[f32], n: usize, k: usize) {
         let key = store.version(x_id).map(|v| (x_id, v));
         if key.is_some() && key == self.key && self.k == k && self.scale.len() == n * k.div_ceil(BLOCK) {
             return;
@@ -193,7 +193,7 @@ pub(crate) fn rows_per_task(pool: &Pool, m: usize) -> usize {
     (m / (pool.threads() * 8)).clamp(4, 256)
 }
 
-fn gemv(pool: &Pool, level: SimdLevel, w: &Weights, x: &[f32], out: &mut [f32]) {
+fn gemv(pool: &Pool, level: Simd, w: &Weights, x: &[f32], out: &mut [f32]) {
     let chunk = rows_per_task(pool, out.len());
     pool.for_each_chunk(out, chunk, &|i, o| {
         if k::supports(w.dtype) {
@@ -210,14 +210,14 @@ fn gemv(pool: &Pool, level: SimdLevel, w: &Weights, x: &[f32], out: &mut [f32]) 
     });
 }
 
-fn gemv_int8(pool: &Pool, level: SimdLevel, w: &Weights, a: Int8Row, out: &mut [f32]) {
+fn gemv_int8(pool: &Pool, level: Simd, w: &Weights, a: Int8Row, out: &mut [f32]) {
     let chunk = rows_per_task(pool, out.len());
     pool.for_each_chunk(out, chunk, &|i, o| {
         k8::dot_rows(level, w.dtype, w.rows(i * chunk, o.len()), a, o);
     });
 }
 
-fn gemm(pool: &Pool, level: SimdLevel, w: &Weights, x: &[f32], n: usize, out: &mut [f32]) {
+fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, out: &mut [f32]) {
     let (m, kk) = (out.len() / n.max(1), w.k);
     // Computed as [m, n] (each task's rows contiguous), then transposed into out [n, m].
     let mut by_row = vec![0f32; m * n];

@@ -15,7 +15,7 @@ use purebee_memory::{Registry, TensorId};
 
 use crate::engine::size_mismatch;
 use crate::kernels::pool::Pool;
-use crate::kernels::SimdLevel;
+use crate::kernels::Simd;
 use crate::store::{byte_len, Store};
 
 /// What one instruction runs with.
@@ -23,7 +23,7 @@ pub(crate) struct Exec<'a> {
     pub reg: &'a Registry,
     pub store: &'a mut Store,
     pub pool: &'a Pool,
-    pub level: SimdLevel,
+    pub level: Simd,
     pub caches: &'a mut Caches,
 }
 
