@@ -18,7 +18,7 @@ use purebee_memory::DType;
 
 use super::linear::f16_to_f32;
 use super::Simd;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::SimdLevel;
 
 /// Elements per activation block, and per Q4_0/Q4_1/Q8_0 weight block.
@@ -76,8 +76,9 @@ pub fn dot_rows(level: Simd, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::dot_rows(dtype, rows, a, out) },
-        // NEON has no kernel of its own yet: the portable one, which the compiler vectorizes
-        // for NEON's baseline.
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
+        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { super::neon::dot_rows_int8(level, dtype, rows, a, out) },
         _ => {
             let row_bytes = a.inv_scale.len() * dtype.block_bytes();
             for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes.max(1))) {

@@ -20,6 +20,7 @@ use std::ops::Range;
 use purebee_memory::DType;
 
 use super::linear::{self, f16_to_f32};
+use super::linear_int8::{Int8Row, BLOCK};
 use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
 use super::{Simd, SimdLevel};
 
@@ -57,9 +58,10 @@ fn f32x4(s: &[f32]) -> float32x4_t {
     unsafe { vld1q_f32(s.as_ptr()) }
 }
 
-/// `acc` plus the 16 products `a_i · b_i` of 2-bit codes `a` (0..=3) and activations `b`,
-/// spread over its four lanes (which lane takes which product differs between the two
-/// ways: only the lanes' total is meant).
+/// `acc` plus the 16 products `a_i · b_i`, spread over its four lanes (which lane takes
+/// which product differs between the two ways: only the lanes' total is meant). The
+/// widening way sums products in pairs in i16: callers keep `|a_i|·|b_i| ≤ 128 · 127`
+/// (2-bit or 4-bit codes, or Q8_0's codes against activations in −127..=127).
 #[inline]
 #[target_feature(enable = "neon")]
 fn dot16<const SDOT: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
@@ -82,7 +84,7 @@ fn dot16<const SDOT: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x
         };
         acc
     } else {
-        // Products pairwise in i16 (|c·q + c'·q'| ≤ 2·3·128 = 768), then pairs into i32.
+        // Products pairwise in i16 (|a·b + a'·b'| ≤ 2 · 128 · 127 < 2¹⁵), then pairs into i32.
         let p = vmlal_high_s8(vmull_s8(vget_low_s8(a), vget_low_s8(b)), a, b);
         vpadalq_s16(acc, p)
     }
@@ -389,6 +391,62 @@ fn q4_1_row(row: &[u8], x: &[f32]) -> f32 {
     hsum(acc)
 }
 
+/// `linear_int8::dot_rows`: per block the exact `Σ c·q` of the weight codes and the int8
+/// activations (`dot16`: `sdot`, or widening multiplies), its four lanes converted to f32
+/// (exact: below 2²⁴) and scaled by `d / s_b` into one FMA chain per row; the constant
+/// terms (Q4_1's `m`, Q4_0's codes stored as `c + 8`) as `f · (Σq_b / s_b)` summed apart,
+/// as the AVX2 kernel does. Two rows at a time share each activation load.
+#[target_feature(enable = "neon")]
+pub(crate) fn dot_rows_int8(level: Simd, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
+    if sdot(level) {
+        int8_rows::<true>(dtype, rows, a, out)
+    } else {
+        int8_rows::<false>(dtype, rows, a, out)
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn int8_rows<const SDOT: bool>(dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
+    let (bb, nb, m) = (dtype.block_bytes(), a.inv_scale.len(), out.len());
+    let row_bytes = nb * bb;
+    assert!(rows.len() >= m * row_bytes && a.q.len() >= nb * BLOCK && a.sum.len() >= nb);
+    // One weight block `b` against the activation block `q`: the lanes of `Σ c·q`, `d`, and
+    // the factor `f` of its constant term (Q8_0: none).
+    let block = |b: &[u8], q: [int8x16_t; 2]| {
+        let d = f16_at(b, 0);
+        let (codes, f) = match dtype {
+            DType::Q8_0 => ([2, 18].map(|o| vreinterpretq_s8_u8(u8x16(&b[o..]))), 0.0),
+            DType::Q4_0 => (nibbles(&b[2..]), d),
+            _ => (nibbles(&b[4..]), f16_at(b, 2)),
+        };
+        let sums = dot16::<SDOT>(dot16::<SDOT>(vdupq_n_s32(0), codes[0], q[0]), codes[1], q[1]);
+        (vcvtq_f32_s32(sums), d, f)
+    };
+    for j in (0..m).step_by(2) {
+        let j1 = (j + 1).min(m - 1);
+        let r = [&rows[j * row_bytes..][..row_bytes], &rows[j1 * row_bytes..][..row_bytes]];
+        let (mut acc, mut constant) = ([vdupq_n_f32(0.0); 2], [0f32; 2]);
+        for i in 0..nb {
+            let q = [i8x16(&a.q[BLOCK * i..]), i8x16(&a.q[BLOCK * i + 16..])];
+            let (inv, qsum) = (a.inv_scale[i], a.sum[i] * a.inv_scale[i]);
+            for (u, row) in r.iter().enumerate() {
+                let (sums, d, f) = block(&row[i * bb..][..bb], q);
+                acc[u] = vfmaq_n_f32(acc[u], sums, d * inv);
+                constant[u] += f * qsum;
+            }
+        }
+        let total = |u: usize| {
+            let c = if dtype == DType::Q4_0 { -8.0 * constant[u] } else { constant[u] };
+            vaddvq_f32(acc[u]) + c
+        };
+        out[j] = total(0);
+        if j1 > j {
+            out[j1] = total(1);
+        }
+    }
+}
+
 /// The sum of every lane of `v`.
 #[inline]
 #[target_feature(enable = "neon")]
@@ -498,7 +556,8 @@ mod tests {
     #[test]
     fn tq2_0_row_sums_are_the_portable_bits() {
         let mut rng = Rng(0x9e37_79b9);
-        let per_block = |b: usize| half::f16::from_f32(if b % 2 == 0 { 0.5 } else { -0.5 } * (1.0 + b as f32 / 64.0));
+        let per_block =
+            |b: usize| half::f16::from_f32(if b.is_multiple_of(2) { 0.5 } else { -0.5 } * (1.0 + b as f32 / 64.0));
         // 0.25, −0.5, a subnormal, ±0, ∞, NaN.
         let uniform = [0x3400u16, 0xb800, 0x0001, 0x0000, 0x8000, 0x7c00, 0x7e00];
         for blocks in [1usize, 2, 3, 4, 9, 11] {
