@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::tokenizer::{PreTokenizerKind, Tokenizer};
+use purebee_runtime::tokenizer::{bytes, PreTokenizerKind, Tokenizer};
 
 /// One text and llama.cpp's ids for it.
 struct Case {
@@ -194,13 +194,40 @@ fn streaming_can_skip_control_tokens() {
     assert_eq!(b, "user\nHi\n");
 }
 
+/// The bytes of `text` that have a token of their own (the others cannot be encoded).
+fn without_tokenless_bytes(tok: &Tokenizer, text: &str) -> Vec<u8> {
+    let has_token = |b: u8| tok.token_id(&bytes::byte_to_char(b).to_string()).is_some();
+    text.bytes().filter(|&b| has_token(b)).collect()
+}
+
+/// Found by the `tokenizer` fuzz target: SmolLM2's vocabulary, and the tiny fixtures' cut from
+/// it, has no token for 21 bytes, so not every text round-trips; exactly those bytes are
+/// dropped (as llama.cpp drops them), and only they.
+#[test]
+fn bytes_without_a_token_are_dropped_and_nothing_else() {
+    let tok = tiny();
+    let missing: Vec<u8> =
+        (0..=255u8).filter(|&b| tok.token_id(&bytes::byte_to_char(b).to_string()).is_none()).collect();
+    let want = [0x04, 0x06, 0x13, 0x14, 0x16, 0x1d, 0xc0, 0xc1, 0xf1, 0xf2];
+    assert_eq!(missing, [&want[..], &(0xf5..=0xff).collect::<Vec<u8>>()].concat());
+    // The fuzz target's input (vocabulary `gpt-2` there; every pre-tokenizer drops the byte).
+    let text = "The cap_____\u{14}______i\u{1}_\u{fffd}l of Franle is";
+    let ids = tok.encode(text, false, true);
+    assert_eq!(tok.decode(&ids), text.replace('\u{14}', ""));
+    // A character of plane 4 loses its lead byte 0xF1: its three continuation bytes remain.
+    let ids = tok.encode("a\u{40000}b", false, true);
+    assert_eq!(tok.decode(&ids), "a\u{fffd}\u{fffd}\u{fffd}b");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn any_text_round_trips(text in any::<String>(), parse_special in any::<bool>()) {
+    fn any_text_round_trips_less_its_tokenless_bytes(text in any::<String>(), parse_special in any::<bool>()) {
         let tok = tiny();
-        prop_assert_eq!(tok.decode(&tok.encode(&text, false, parse_special)), text);
+        let ids = tok.encode(&text, false, parse_special);
+        let decoded: Vec<u8> = ids.iter().flat_map(|&id| tok.decode_token(id)).copied().collect();
+        prop_assert_eq!(decoded, without_tokenless_bytes(tok, &text));
     }
 
     #[test]

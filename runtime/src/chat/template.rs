@@ -12,6 +12,12 @@ use super::ChatError;
 /// The GGUF key of the chat template.
 pub const CHAT_TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
+/// The most template instructions one render may run (minijinja's fuel). The template comes
+/// from the model file, so it is untrusted: without a bound, `{% for i in range(100000) %}`
+/// nested twice never ends. Real templates run a few dozen instructions per message, so this
+/// allows conversations of thousands of messages and stops any render within about a second.
+pub const CHAT_TEMPLATE_FUEL: u64 = 2_000_000;
+
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChatMessage {
@@ -57,6 +63,7 @@ impl ChatTemplate {
                 .build()
                 .map_err(|e| ChatError::Parse { message: e.to_string() })?,
         );
+        env.set_fuel(Some(CHAT_TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(CHAT_TEMPLATE_KEY, source.to_string())
@@ -67,19 +74,27 @@ impl ChatTemplate {
     /// Renders `messages`; with `add_generation_prompt` the text ends with the opening of
     /// an assistant turn, where the model's answer starts.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatError> {
-        let render_error = |e: Error| ChatError::Render { message: e.to_string() };
+        let render_error = |e: Error| ChatError::Render {
+            message: match e.kind() {
+                ErrorKind::OutOfFuel => format!("it ran more than {CHAT_TEMPLATE_FUEL} instructions ({e})"),
+                _ => e.to_string(),
+            },
+        };
         let template = self.env.get_template(CHAT_TEMPLATE_KEY).map_err(render_error)?;
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| Value::from_pairs([("role", m.role.as_str()), ("content", m.content.as_str())]))
             .collect();
-        template
-            .render(context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => self.bos_token.as_str(),
-                eos_token => self.eos_token.as_str(),
-            })
+        let ctx = context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        };
+        // minijinja can panic on what a template does (3.0.5: `''[::-1]` indexes an empty
+        // vector); the template comes from the file, so a panic is a render error too.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
+            .map_err(|_| ChatError::Render { message: "the template renderer panicked".to_string() })?
             .map_err(render_error)
     }
 }
@@ -133,6 +148,32 @@ mod tests {
             Err(e @ ChatError::Parse { .. }) => assert!(e.to_string().contains(CHAT_TEMPLATE_KEY), "{e}"),
             other => panic!("expected a parse error, got {other:?}"),
         }
+    }
+
+    /// Found with the `chat_template` fuzz target's timeout: a template that loops for ever
+    /// (10^10 iterations) hung the render; now it runs out of fuel.
+    #[test]
+    fn a_template_that_loops_for_ever_is_a_render_error() {
+        let source = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        match render(source, &[ChatMessage::new("user", "x")], true) {
+            Err(e @ ChatError::Render { .. }) => {
+                let m = e.to_string();
+                assert!(m.contains(CHAT_TEMPLATE_KEY) && m.contains("more than 2000000 instructions"), "{m}");
+            }
+            other => panic!("expected a render error, got {other:?}"),
+        }
+    }
+
+    /// Found by the `chat_template` fuzz target: minijinja 3.0.5 panics on a reversed slice
+    /// of an empty string (`value/ops.rs`), which aborted the render.
+    #[test]
+    fn a_panic_inside_the_renderer_is_a_render_error() {
+        let source = "{{ messages[0]['content'][::-1] }}";
+        match render(source, &[ChatMessage::new("user", "")], true) {
+            Err(e @ ChatError::Render { .. }) => assert!(e.to_string().contains("panicked"), "{e}"),
+            other => panic!("expected a render error, got {other:?}"),
+        }
+        assert_eq!(render(source, &[ChatMessage::new("user", "ab")], true).ok().as_deref(), Some("ba"));
     }
 
     #[test]
