@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use purebee_isa::Engine;
-use purebee_memory::gguf::GgufFile;
 use purebee_runtime::{Model, ModelError};
 use serde_json::{json, Value};
 
 use crate::engine_choice::{self, EngineArgs};
+use crate::progress::Spinner;
 use crate::synth::{Bytes, SplitMix64};
 use crate::CliError;
 
@@ -41,7 +41,8 @@ pub enum Output {
 /// Arguments of `bench` (flag names as in llama-bench).
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The GGUF model.
+    /// The GGUF model: a path, a pulled name, or an hf:// or http(s) source (pulled on
+    /// first use).
     pub model: PathBuf,
     /// The engine and its threads.
     #[command(flatten)]
@@ -205,12 +206,18 @@ fn repetition<E: Engine>(
 /// Runs `bench`.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let n_ctx = check_flags(args)?;
-    let file = GgufFile::open(&args.model)?;
+    let (model_path, file) = crate::loading::open(&args.model, &args.engine)?;
     let engine = engine_choice::create(&args.engine)?;
+    let engine_name = engine.name().to_string();
     let load_start = Instant::now();
-    let mut model = Model::load_with(engine, &file, n_ctx, args.engine.activations())
-        .map_err(|source| BenchError::Load { file: args.model.clone(), source: Box::new(source) })?;
+    let spinner = Spinner::start(format!("loading the model on the {engine_name} engine"));
+    let model = Model::load_with(engine, &file, n_ctx, args.engine.activations());
+    spinner.finish();
+    let mut model = model.map_err(|source| BenchError::Load { file: model_path.clone(), source: Box::new(source) })?;
     let load_seconds = load_start.elapsed().as_secs_f64();
+    if args.engine.verbose {
+        eprintln!("purebee-rs: loaded the model on the {engine_name} engine in {load_seconds:.2} s");
+    }
     let config = model.config().clone();
 
     let mut rng = SplitMix64::new(args.seed);
@@ -221,7 +228,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let mut prefill = PhaseStats { tokens: args.n_prompt, seconds: Vec::new() };
     let mut decode = PhaseStats { tokens: args.n_gen, seconds: Vec::new() };
     for r in 0..=args.repetitions {
-        let (p, d) = repetition(&mut model, &prompt, first_decode_token, args.n_gen, r, &args.model)?;
+        let (p, d) = repetition(&mut model, &prompt, first_decode_token, args.n_gen, r, &model_path)?;
         let what = if r == 0 { "warm-up".to_string() } else { format!("repetition {r}/{}", args.repetitions) };
         let rate = |t: Option<Duration>, n: usize| {
             t.map_or("-".to_string(), |t| format!("{:.2} t/s", n as f64 / t.as_secs_f64()))
@@ -237,7 +244,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let parameters: u64 = file.tensors().iter().map(|t| t.n_elements() as u64).sum();
     let phase = |s: &PhaseStats| if s.tokens > 0 { s.to_json() } else { Value::Null };
     let report = json!({
-        "model": args.model.display().to_string(),
+        "model": model_path.display().to_string(),
         "file_bytes": file.file_len(),
         "engine": model.engine().name(),
         "arch": config.arch.name(),
@@ -273,7 +280,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             writeln!(
                 out,
                 "model:   {} ({}, {params} parameters, {})",
-                args.model.display(),
+                model_path.display(),
                 config.arch.name(),
                 Bytes(file.file_len())
             )?;

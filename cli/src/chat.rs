@@ -6,7 +6,6 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use purebee_memory::gguf::GgufFile;
 use purebee_runtime::chat::{ChatError, ChatTemplate, Conversation};
 use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::{GenerateOptions, StopReason};
@@ -17,7 +16,8 @@ use crate::{speed, CliError};
 /// Arguments of `chat`.
 #[derive(Debug, Args)]
 pub struct ChatArgs {
-    /// The GGUF model (it must carry tokenizer.chat_template).
+    /// The GGUF model (it must carry tokenizer.chat_template): a path, a pulled name, or an
+    /// hf:// or http(s) source (pulled on first use).
     pub model: PathBuf,
     /// The system message the conversation starts with.
     #[arg(long)]
@@ -30,7 +30,7 @@ pub struct ChatArgs {
 /// Runs `chat`, reading user turns from `input`; `interactive` (a terminal) shows a `> `
 /// prompt on stderr.
 pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let file = GgufFile::open(&args.model)?;
+    let (_, file) = crate::loading::open(&args.model, &args.generation.engine)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
     let sampler = args.generation.sampler()?;

@@ -9,6 +9,9 @@ use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::{Model, ModelError, QuantizedActivations};
 
+use std::time::Instant;
+
+use crate::progress::Spinner;
 use crate::CliError;
 
 /// The engines a user can ask for.
@@ -38,6 +41,9 @@ pub struct EngineArgs {
     /// activations to int8 blocks of 32 as llama.cpp does (exact, slower on the CPU).
     #[arg(long)]
     pub f32_activations: bool,
+    /// Say more on stderr: how long mapping the file and loading the model took.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
 }
 
 impl EngineArgs {
@@ -53,7 +59,16 @@ impl EngineArgs {
     /// The chosen engine with `file`'s model loaded on it, with a KV cache of `n_ctx`.
     pub fn load_model(&self, file: &GgufFile, n_ctx: usize) -> Result<Model<Box<dyn Engine>>, CliError> {
         let engine = create(self)?;
-        Model::load_with(engine, file, n_ctx, self.activations()).map_err(|e: ModelError| e.into())
+        let name = engine.name().to_string();
+        let start = Instant::now();
+        let spinner = Spinner::start(format!("loading the model on the {name} engine"));
+        let model = Model::load_with(engine, file, n_ctx, self.activations());
+        spinner.finish();
+        let model = model.map_err(|e: ModelError| -> CliError { e.into() })?;
+        if self.verbose {
+            eprintln!("purebee-rs: loaded the model on the {name} engine in {:.2} s", start.elapsed().as_secs_f64());
+        }
+        Ok(model)
     }
 }
 

@@ -3,7 +3,10 @@
 //! One subcommand per file: `inspect` prints what a GGUF file holds, `run` generates text,
 //! `chat` holds a conversation in the model's chat template, `logits` writes the logits of
 //! a token sequence as `.npy`, `tokenize` prints token ids, `synth` writes a synthetic
-//! model, `bench` measures prefill and decode speed.
+//! model, `bench` measures prefill and decode speed, `quantize` rewrites the token
+//! embedding; `pull` fetches a model into the store (`purebee-hub`), `list`, `show` and `rm`
+//! look after what was pulled, and `run`, `chat` and `bench` take a pulled name or an
+//! `hf://` source as well as a path.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
 //! errors already name the file, key or tensor concerned.
 
@@ -19,8 +22,12 @@ mod chat;
 mod engine_choice;
 mod generation_args;
 mod inspect;
+mod loading;
 mod logits;
+mod models;
 mod npy;
+mod progress;
+mod pull;
 mod quantize;
 mod run;
 mod speed;
@@ -55,6 +62,15 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Rewrite a GGUF file with its token embedding stored as Q8_0, every other tensor as is.
     Quantize(quantize::QuantizeArgs),
+    /// Fetch a model (hf://OWNER/REPO/FILE.gguf[@REV] or an http(s) URL) into the store:
+    /// resumable, sha256-checked; prints its path.
+    Pull(pull::PullArgs),
+    /// List the pulled models: name, size, architecture, weight types, path.
+    List(models::ListArgs),
+    /// Show a pulled model: architecture, parameters, context, tensor types, chat template.
+    Show(models::ShowArgs),
+    /// Remove a pulled model from the store.
+    Rm(models::RmArgs),
 }
 
 /// An error of any subcommand, printed as `error: <message>`.
@@ -76,6 +92,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Synth(args) => synth::run(&args, &mut out)?,
         Command::Bench(args) => bench::run(&args, &mut out)?,
         Command::Quantize(args) => quantize::run(&args, &mut out)?,
+        Command::Pull(args) => pull::run(&args, &mut out)?,
+        Command::List(args) => models::list(&args, &mut out)?,
+        Command::Show(args) => models::show(&args, &mut out)?,
+        Command::Rm(args) => models::rm(&args, &mut out)?,
     }
     out.flush()?;
     Ok(())

@@ -26,7 +26,8 @@ pub enum Output {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("input").required(true).args(["prompt", "tokens"]))]
 pub struct RunArgs {
-    /// The GGUF model.
+    /// The GGUF model: a path, a pulled name (`purebee-rs list`), or an hf:// or http(s)
+    /// source (pulled on first use).
     pub model: PathBuf,
     /// The prompt text.
     #[arg(short = 'p', long)]
@@ -60,7 +61,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if args.chat && args.prompt.is_none() {
         return Err("--chat needs a text prompt (-p TEXT), not --tokens".into());
     }
-    let file = GgufFile::open(&args.model)?;
+    let (_, file) = crate::loading::open(&args.model, &args.generation.engine)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let prompt_ids = match (&args.prompt, &args.tokens) {
         (Some(text), _) if args.chat => chat_prompt(&file, &tokenizer, args.system.as_deref(), text)?,

@@ -30,6 +30,7 @@ fn layer(krate: &str) -> usize {
         "isa" => 1,
         "runtime" => 2,
         k if k.starts_with("engine-") => 2,
+        "hub" => 2, // downloads and the model store: below the front ends, beside the engines
         "tests" => 4,
         _ => 3, // cli and the other front ends
     }

@@ -1,0 +1,3 @@
+//! Helpers shared by the hub's integration tests.
+
+pub mod server;
