@@ -1,8 +1,8 @@
 //! `purebee-rs synth`: writes a synthetic BitNet b1.58 model, for benchmarks and tests that
 //! need a model of a real shape without downloading one.
 //!
-//! `--shape bitnet-2b` is BitNet-b1.58-2B-4T's shape (FORMATS.md § BitNet b1.58
-//! architecture), `--shape tiny` the committed tiny fixtures' ([`ModelShape`]). The file has
+//! `--shape bitnet-2b` is BitNet-b1.58-2B-4T's shape (docs/formats.md § BitNet
+//! b1.58), `--shape tiny` the committed tiny fixtures' ([`ModelShape`]). The file has
 //! the fixtures' tensor names, order and metadata keys (architecture `bitnet-b1.58`), plus
 //! `general.synthetic = true` and `synthetic.seed`:
 //!
@@ -149,7 +149,7 @@ impl ModelShape {
     }
 }
 
-/// BitNet-b1.58-2B-4T (FORMATS.md § BitNet b1.58 architecture).
+/// BitNet-b1.58-2B-4T (docs/formats.md § BitNet b1.58).
 pub const BITNET_2B: ModelShape = ModelShape {
     name: "bitnet-b1.58-2B-4T-shape",
     n_vocab: 128_256,

@@ -227,7 +227,7 @@ fn linear_matches_hand_and_f64_values_for_float_and_block_weights() {
     }
 }
 
-/// Packs codes t ∈ {−1, 0, +1} of one row into TQ2_0 blocks with scale `d` (FORMATS.md:
+/// Packs codes t ∈ {−1, 0, +1} of one row into TQ2_0 blocks with scale `d` (docs/formats.md § TQ2_0:
 /// byte 32c + m holds element 128c + 32n + m in bits 2n..2n+1; code t + 1).
 fn tq2_0_row(trits: &[i8], d: f32) -> Vec<u8> {
     let mut out = Vec::new();
@@ -244,7 +244,7 @@ fn tq2_0_row(trits: &[i8], d: f32) -> Vec<u8> {
     out
 }
 
-/// Packs a whole tensor's codes into I2_S (FORMATS.md: 128-element blocks, byte j holds
+/// Packs a whole tensor's codes into I2_S (docs/formats.md § I2_S: 128-element blocks, byte j holds
 /// elements j, 32+j, 64+j, 96+j at shifts 6, 4, 2, 0; codes −1→0, 0→1, +1→2), then the f32
 /// scale repeated 8 times.
 fn i2_s_tensor(trits: &[i8], scale: f32) -> Vec<u8> {

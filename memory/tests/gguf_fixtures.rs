@@ -104,7 +104,7 @@ fn open(f: &Fixture) -> GgufFile {
 }
 
 /// Bytes of a tensor of `n` elements in `ne0`-long rows, from the block layouts in
-/// FORMATS.md (not from `DType`).
+/// docs/formats.md § Block layouts (not from `DType`).
 fn expected_bytes(dtype: DType, n: u64) -> u64 {
     match dtype {
         DType::F32 => 4 * n,

@@ -332,3 +332,44 @@ proptest! {
         check(w, cut, "random header cut", Path::new(&label), r);
     }
 }
+
+/// A file truncated, grown or touched after it was opened: [`GgufFile::check_unchanged`]
+/// (and the [`purebee_memory::gguf::FileWatch`] a model keeps) names the file and what
+/// changed, so that nobody reads the map past its new end (SIGBUS). A file image from
+/// memory has nothing to watch.
+#[test]
+fn a_file_changed_after_it_was_opened_is_reported() {
+    let bytes = std::fs::read(fixture_path(FIXTURES[0])).expect("fixture");
+    let len = bytes.len() as u64;
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    let cases: [(&str, u64, Option<std::time::SystemTime>, String); 3] = [
+        ("truncated", len / 3, None, format!("it was truncated from {len} to {} bytes", len / 3)),
+        ("grown", len + 100, Some(later), "it was modified".to_string()),
+        ("touched", len, Some(later), "it was modified (its modification time changed)".to_string()),
+    ];
+    for (label, new_len, mtime, what) in cases {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join(format!("{label}.gguf"));
+        std::fs::write(&path, &bytes).expect("write");
+        let file = GgufFile::open(&path).expect("opens");
+        let watch = file.watch();
+        assert!(file.check_unchanged().is_ok() && watch.check().is_ok(), "{label}");
+        let f = OpenOptions::new().write(true).open(&path).expect("open for writing");
+        f.set_len(new_len).expect("set_len");
+        if let Some(t) = mtime {
+            f.set_modified(t).expect("set mtime");
+        }
+        for r in [file.check_unchanged(), watch.check()] {
+            match r {
+                Err(e @ GgufError::ChangedSinceOpen { .. }) => {
+                    let m = e.to_string();
+                    assert!(m.starts_with(&format!("{}: the file changed after it was opened: ", path.display())));
+                    assert!(m.contains(&what), "{label}: {m}");
+                }
+                other => panic!("{label}: expected ChangedSinceOpen, got {other:?}"),
+            }
+        }
+    }
+    let image = GgufFile::from_bytes("image.gguf", &bytes).expect("parses");
+    assert!(image.check_unchanged().is_ok());
+}

@@ -5,6 +5,9 @@ use purebee_memory::gguf::GgufFile;
 
 use crate::ModelError;
 
+/// The tokenizer's vocabulary, one entry per token id (checked against the embedding rows).
+const TOKENS_KEY: &str = "tokenizer.ggml.tokens";
+
 /// The architectures purebee runs, by their `general.architecture` name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
@@ -103,7 +106,8 @@ pub struct ModelConfig {
     pub rot_dim: usize,
     /// `context_length`: the context the model was trained for.
     pub n_ctx_train: usize,
-    /// Rows of the token embedding (checked against `vocab_size` when present).
+    /// Rows of the token embedding (checked against `vocab_size` and the length of
+    /// `tokenizer.ggml.tokens` when present).
     pub n_vocab: usize,
     /// `attention.layer_norm_rms_epsilon`.
     pub rms_eps: f32,
@@ -179,6 +183,20 @@ impl ModelConfig {
                     "vocab_size",
                     format!("{declared} does not match the {n_vocab} rows of token_embd.weight"),
                 ));
+            }
+        }
+        // Every token needs an embedding row and every row a token: a shorter vocabulary
+        // leaves ids the model can sample but nothing can print, a longer one ids the
+        // tokenizer makes but the model cannot run. llama.cpp sizes token_embd by the
+        // token count and refuses any other shape.
+        if f.get(TOKENS_KEY).is_some() {
+            let n_tokens = f.get_array(TOKENS_KEY)?.len();
+            if n_tokens != n_vocab {
+                return Err(ModelError::Inconsistent {
+                    file: file.clone(),
+                    key: TOKENS_KEY.to_string(),
+                    reason: format!("{n_tokens} tokens, but token_embd.weight has {n_vocab} rows (one per token)"),
+                });
             }
         }
         Ok(ModelConfig {

@@ -1,4 +1,4 @@
-//! The forward pass of the supported decoder-only models as ISA instructions (FORMATS.md).
+//! The forward pass of the supported decoder-only models as ISA instructions (docs/formats.md § Models).
 //! One graph; what differs by architecture comes from `Architecture` (config.rs):
 //! BitNet b1.58 has sub-norms before the attention output and FFN down projections, NEOX
 //! RoPE and a relu² (or silu) FFN, with ternary weights through BITLINEAR; Llama has no

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use purebee_isa::{DType, Engine, ParamValue, Program, ProgramBuilder, TensorId};
-use purebee_memory::gguf::GgufFile;
+use purebee_memory::gguf::{FileWatch, GgufFile};
 
 use crate::forward::{record_forward, ForwardIo, LogitsRows};
 use crate::weights::Weights;
@@ -57,6 +57,8 @@ pub struct Model<E: Engine> {
     n_ctx: usize,
     activations: QuantizedActivations,
     forwards: HashMap<(usize, LogitsRows), Forward>,
+    /// The file the weights are mapped from, checked before every pass.
+    source: FileWatch,
 }
 
 impl<E: Engine> Model<E> {
@@ -86,7 +88,16 @@ impl<E: Engine> Model<E> {
         }
         let alloc = b.finish();
         engine.execute(&alloc, &[])?;
-        Ok(Model { engine, config, weights, kv: KvCache { k, v }, n_ctx, activations, forwards: HashMap::new() })
+        Ok(Model {
+            engine,
+            config,
+            weights,
+            kv: KvCache { k, v },
+            n_ctx,
+            activations,
+            forwards: HashMap::new(),
+            source: file.watch(),
+        })
     }
 
     /// The hyper-parameters.
@@ -122,8 +133,13 @@ impl<E: Engine> Model<E> {
         Ok(id)
     }
 
-    /// Checks the request, builds and allocates the forward for its size if needed, writes
-    /// the ids and runs it.
+    /// Checks the request and that the model file is unchanged since it was opened, builds
+    /// and allocates the forward for its size if needed, writes the ids and runs it.
+    ///
+    /// The weights are views of the file's memory map: had the file been truncated since, the
+    /// pass would die of SIGBUS, so a changed file is an error naming it instead
+    /// (`ModelError::Gguf(GgufError::ChangedSinceOpen)`). A truncation during the pass itself
+    /// cannot be caught in safe code.
     fn run(
         &mut self,
         tokens: &[u32],
@@ -144,6 +160,7 @@ impl<E: Engine> Model<E> {
                 n_ctx_train: self.config.n_ctx_train,
             });
         }
+        self.source.check()?;
         let key = (tokens.len(), rows);
         let f = match self.forwards.remove(&key) {
             Some(f) => f,

@@ -247,14 +247,17 @@ fn from_gguf_defaults_follow_llama_cpp() {
 #[test]
 fn from_gguf_errors_name_the_key() {
     let msg = gguf_error(&gguf("llama", Some("llama-bpe"), None, &[]));
-    assert_eq!(msg, "tokenizer.ggml.model is 'llama', which is not supported (supported: gpt2)");
+    assert_eq!(msg, "test.gguf: tokenizer.ggml.model is 'llama', which is not supported (supported: gpt2)");
 
     let msg = gguf_error(&gguf("gpt2", Some("falcon"), None, &[]));
-    assert!(msg.starts_with("tokenizer.ggml.pre is 'falcon', which is not supported (supported: llama-bpe"), "{msg}");
+    assert!(
+        msg.starts_with("test.gguf: tokenizer.ggml.pre is 'falcon', which is not supported (supported: llama-bpe"),
+        "{msg}"
+    );
 
     let msg =
         gguf_error(&gguf("gpt2", Some("smollm"), None, &[("tokenizer.ggml.eot_token_id", MetaValue::U32(99999))]));
-    assert!(msg.contains("99999 is out of range"), "{msg}");
+    assert!(msg.starts_with("test.gguf: ") && msg.contains("99999 is out of range"), "{msg}");
 
     let mut w = GgufWriter::new();
     if let Err(e) = w.add_str("tokenizer.ggml.model", "gpt2") {

@@ -1,5 +1,5 @@
-//! The pre-tokenizers' look-ahead emulation against the literal patterns of FORMATS.md
-//! ("Tokenizers in GGUF") and llama.cpp, run with real look-ahead by `fancy-regex`, on
+//! The pre-tokenizers' look-ahead emulation against the literal patterns of docs/formats.md
+//! (§ Tokenizer) and llama.cpp, run with real look-ahead by `fancy-regex`, on
 //! random text dense in whitespace runs, line breaks, contractions, digits and non-ASCII
 //! letters, numbers, spaces and marks.
 
@@ -9,9 +9,9 @@ use fancy_regex::Regex as FancyRegex;
 use proptest::prelude::*;
 use purebee_runtime::tokenizer::{PreTokenizer, PreTokenizerKind};
 
-/// FORMATS.md's `llama-bpe` pattern, verbatim.
+/// docs/formats.md's `llama-bpe` pattern (§ Tokenizer), verbatim.
 const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// FORMATS.md's second `smollm` pattern (GPT-2's), verbatim.
+/// docs/formats.md's second `smollm` pattern (GPT-2's, § Tokenizer), verbatim.
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 
 /// The literal patterns of each kind (`default` as in llama.cpp's `llama-vocab.cpp`).

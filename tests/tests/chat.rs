@@ -172,14 +172,20 @@ fn a_missing_or_broken_template_is_a_typed_error_naming_the_key() {
         other => panic!("expected MissingTemplate, got {other:?}"),
     }
     match ChatTemplate::from_gguf(&template_only(Some("{% for m in messages %}{{ m.content }}")), &tokenizer) {
-        Err(e @ ChatError::Parse { .. }) => assert!(e.to_string().contains(CHAT_TEMPLATE_KEY), "{e}"),
+        Err(e @ ChatError::Parse { .. }) => {
+            let m = e.to_string();
+            assert!(m.starts_with("chat-test.gguf: ") && m.contains(CHAT_TEMPLATE_KEY), "{m}")
+        }
         other => panic!("expected a parse error, got {other:?}"),
     }
-    let rejects = "{{ raise_exception('Only user and assistant roles are supported!') }}";
+    // A template that raises on a system message: it loads, and rendering one is a typed
+    // error naming the file and carrying the template's message.
+    let rejects = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}";
     let template = ChatTemplate::from_gguf(&template_only(Some(rejects)), &tokenizer).expect("parses");
-    match template.render(&[ChatMessage::new("user", "x")], true) {
+    match template.render(&[ChatMessage::new("system", "s"), ChatMessage::new("user", "x")], true) {
         Err(e @ ChatError::Render { .. }) => {
-            assert!(e.to_string().contains("Only user and assistant roles are supported!"), "{e}")
+            let m = e.to_string();
+            assert!(m.starts_with("chat-test.gguf: ") && m.contains("System role not supported"), "{m}")
         }
         other => panic!("expected a render error, got {other:?}"),
     }
@@ -189,4 +195,32 @@ fn a_missing_or_broken_template_is_a_typed_error_naming_the_key() {
     let mut conv = Conversation::new(model, tokenizer, template, Some("sys".into()));
     assert!(matches!(conv.reply("x", &greedy(2), |_| {}), Err(ChatError::Render { .. })));
     assert_eq!(conv.messages(), &[ChatMessage::new("system", "sys")]);
+}
+
+/// Bad-file checklist: a chat template that raises whatever the conversation (here on its
+/// only user message) is refused when the file is loaded, naming the file and the message.
+#[test]
+fn a_template_that_raises_on_every_conversation_is_refused_at_load_naming_the_file() {
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::open(tiny(TINY)).expect("opens")).expect("tokenizer");
+    for source in [
+        "{{ raise_exception('Only user and assistant roles are supported!') }}",
+        "{% for m in messages %}{{ m.content.no_such_method() }}{% endfor %}",
+    ] {
+        match ChatTemplate::from_gguf(&template_only(Some(source)), &tokenizer) {
+            Err(e @ ChatError::Render { .. }) => {
+                let m = e.to_string();
+                assert!(
+                    m.starts_with("chat-test.gguf: ")
+                        && m.contains(CHAT_TEMPLATE_KEY)
+                        && m.contains("failed to render")
+                        && m.contains("rendering one user message"),
+                    "{m}"
+                );
+                if source.contains("raise_exception") {
+                    assert!(m.contains("Only user and assistant roles are supported!"), "{m}");
+                }
+            }
+            other => panic!("{source}: expected a render error at load, got {other:?}"),
+        }
+    }
 }

@@ -294,6 +294,15 @@ pub enum GgufError {
         #[source]
         source: MemoryError,
     },
+    /// The file was truncated or rewritten after it was mapped: reading its tensors could
+    /// raise SIGBUS or see other bytes ([`super::FileWatch`]).
+    #[error("{}: the file changed after it was opened: {what}; its tensors are read from a memory map of it, so using them now could crash the process (SIGBUS) or compute with other weights: open it again", path.display())]
+    ChangedSinceOpen {
+        /// The file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
 }
 
 /// Why [`super::GgufWriter`] refused metadata or a tensor, or could not write the file.

@@ -18,6 +18,7 @@ use crate::{ggml_type_name, DType, HostTensor, Registry, Shape, TensorId};
 
 use super::cursor::Cursor;
 use super::metadata::{read_value, MetaArray, MetaType, MetaValue, Mismatch};
+use super::watch::FileWatch;
 use super::GgufError;
 
 /// The alignment of the data section and of every tensor when `general.alignment` is absent.
@@ -76,6 +77,8 @@ pub struct GgufFile {
     key_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// The open file behind the map, to tell whether it changed since.
+    watch: FileWatch,
 }
 
 impl fmt::Debug for GgufFile {
@@ -100,7 +103,8 @@ fn map_file(file: &File) -> std::io::Result<Mmap> {
     // and never hand out a mutable view. Every size is checked against the
     // length the map had at open, so reads stay inside the map; but if another process
     // truncates the file afterwards, touching the lost pages raises SIGBUS, which no safe
-    // wrapper can prevent. Callers must not modify model files while they are open.
+    // wrapper can prevent (`watch.rs`: what is checked instead, and when). Callers must not
+    // modify model files while they are open.
     unsafe { Mmap::map(file) }
 }
 
@@ -109,13 +113,16 @@ impl GgufFile {
     ///
     /// The map is only as stable as the file: if another process truncates or rewrites the
     /// file while it is open, reading tensor bytes can raise SIGBUS or see new contents.
-    /// Every check here uses the length the file had when it was mapped.
+    /// Every check here uses the length the file had when it was mapped;
+    /// [`GgufFile::check_unchanged`] tells whether the file changed since.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref().to_path_buf();
         let io = |source| GgufError::Io { path: path.clone(), source };
         let file = File::open(&path).map_err(io)?;
+        let modified = file.metadata().map_err(io)?.modified().ok();
         let map = map_file(&file).map_err(io)?;
-        GgufFile::parse(path, Arc::new(map))
+        let watch = FileWatch::new(path.clone(), file, map.len() as u64, modified);
+        GgufFile::parse(path, Arc::new(map), watch)
     }
 
     /// Validates a GGUF image held in memory, copying it into an anonymous map so that host
@@ -127,10 +134,10 @@ impl GgufFile {
         let mut map = MmapMut::map_anon(bytes.len()).map_err(io)?;
         map.copy_from_slice(bytes);
         let map = map.make_read_only().map_err(io)?;
-        GgufFile::parse(path, Arc::new(map))
+        GgufFile::parse(path, Arc::new(map), FileWatch::none())
     }
 
-    fn parse(path: PathBuf, map: Arc<Mmap>) -> Result<GgufFile, GgufError> {
+    fn parse(path: PathBuf, map: Arc<Mmap>, watch: FileWatch) -> Result<GgufFile, GgufError> {
         let mut cur = Cursor::new(&map, &path);
 
         let magic: [u8; 4] = cur.array(&|| "the magic".to_string())?;
@@ -201,7 +208,20 @@ impl GgufFile {
             }
         }
 
-        Ok(GgufFile { path, map, version, alignment, data_offset, metadata, key_index, tensors, tensor_index })
+        Ok(GgufFile { path, map, version, alignment, data_offset, metadata, key_index, tensors, tensor_index, watch })
+    }
+
+    /// `Ok` if the file still has the length and modification time it had when it was
+    /// mapped, else [`GgufError::ChangedSinceOpen`] naming it and what changed (see
+    /// [`FileWatch`]). Always `Ok` for [`GgufFile::from_bytes`] images.
+    pub fn check_unchanged(&self) -> Result<(), GgufError> {
+        self.watch.check()
+    }
+
+    /// A handle that checks the file later, as [`GgufFile::check_unchanged`] does, without
+    /// holding the `GgufFile` (a loaded model keeps one).
+    pub fn watch(&self) -> FileWatch {
+        self.watch.clone()
     }
 
     /// The path the file was opened from (or the label given to [`GgufFile::from_bytes`]).

@@ -1,6 +1,6 @@
 //! GGUF v2/v3, read zero-copy through memmap2, and written.
 //!
-//! The format (see `FORMATS.md` and ggml's `docs/gguf.md`): little-endian; magic `GGUF`,
+//! The format (see `docs/formats.md` § GGUF and ggml's `docs/gguf.md`): little-endian; magic `GGUF`,
 //! version u32, tensor count u64, metadata count u64; the metadata entries (key string,
 //! value type u32, value); the tensor infos (name string, n_dims u32, n_dims × u64 dims in
 //! ggml order, type u32, data offset u64 relative to the data section); padding to
@@ -17,6 +17,8 @@
 //! - [`GgufWriter`] writes files (for tests, hostile-file builders and synthetic models),
 //!   and [`GgufLayout`] says where each of their fields landed; [`GgufStreamWriter`] takes
 //!   tensor bytes piece by piece, for files written without holding their tensors in memory.
+//! - [`FileWatch`] tells whether a mapped file was truncated or rewritten since it was
+//!   opened (the map would raise SIGBUS or show other bytes).
 //!
 //! The reader treats the file as hostile: every count, length and offset is checked
 //! against the bytes left before it is used, no allocation is sized by an unchecked count,
@@ -27,9 +29,11 @@ mod cursor;
 mod error;
 mod file;
 mod metadata;
+mod watch;
 mod writer;
 
 pub use error::{GgufError, GgufWriteError};
 pub use file::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 pub use metadata::{MetaArray, MetaType, MetaValue, MAX_ARRAY_NESTING};
+pub use watch::FileWatch;
 pub use writer::{GgufLayout, GgufStreamWriter, GgufWriter, KvLayout, TensorInfoLayout, MAX_TENSOR_NAME_LEN};

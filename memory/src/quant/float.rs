@@ -1,7 +1,7 @@
 //! Plain element types: F32, F16, BF16, I8, I16, I32, U32, each decoded to f32.
 //!
 //! Every plain type is a "block" of one element, stored little-endian (GGUF is little-endian,
-//! FORMATS.md § GGUF):
+//! docs/formats.md § GGUF):
 //!
 //! ```text
 //! F32   [b0 b1 b2 b3]  IEEE 754 binary32                          exact

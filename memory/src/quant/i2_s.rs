@@ -1,7 +1,7 @@
 //! I2_S (Microsoft bitnet.cpp, type 36): ternary, 2-bit codes in 128-element blocks of 32 bytes,
 //! one f32 scale for the whole tensor in a 32-byte trailer.
 //!
-//! Layout (FORMATS.md § Ternary block types, x86 layout; bitnet.cpp `quantize_i2_s` in
+//! Layout (docs/formats.md § I2_S (bitnet.cpp, x86 layout); bitnet.cpp `quantize_i2_s` in
 //! `src/ggml-bitnet-mad.cpp`, the `QK_I2_S = 128` branch). Not part of upstream ggml, where
 //! type 36 is a removed slot.
 //!
@@ -29,7 +29,7 @@
 //! **The trailer.** bitnet.cpp's matmul reads the scale as the first f32 after the packed
 //! data (`*(float *)(data + ne00·ne01/4)`), and so does this decoder. Its quantizer writes only
 //! that f32 and returns a size of n/4 + 32 ("32B for alignment"), leaving the other 28 bytes as
-//! whatever its output buffer held; the converter FORMATS.md describes, and the fixtures'
+//! whatever its output buffer held; the converter docs/formats.md describes, and the fixtures'
 //! generator, repeat the scale 8 times. Bytes 4..32 are therefore padding with no defined
 //! content. They are not checked: a check that the 8 copies agree would reject files that
 //! bitnet.cpp itself runs correctly, and would not identify any other layout (every variant
@@ -38,7 +38,7 @@
 //! Not decoded here: the ARM build's 64-element blocks (16 bytes, four groups of 16) and the
 //! 4-row interleaved layout of newer x86 builds (`quantize_i2_s` without `ACT_PARALLEL`). They
 //! have the same type id and size and nothing in the tensor bytes tells them apart, so
-//! choosing them (or refusing a file) is the loader's business; FORMATS.md says the files in
+//! choosing them (or refusing a file) is the loader's business; docs/formats.md says the files in
 //! circulation, the 2B-4T GGUF included, use the 128-element layout above.
 
 use super::float::f32_from_le;

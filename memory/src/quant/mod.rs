@@ -1,7 +1,6 @@
 //! Block layouts and their dequantize routines: the executable spec of every [`DType`]'s bytes.
 //!
-//! One file per layout, each opening with its byte picture and its sources (FORMATS.md in the
-//! shared folder, ggml's `ggml-common.h` / `ggml-quants.c`, bitnet.cpp for I2_S):
+//! One file per layout, each opening with its byte picture and its sources (`docs/formats.md`, ggml's `ggml-common.h` / `ggml-quants.c`, bitnet.cpp for I2_S):
 //!
 //! | dtype | elements / bytes per block | scale | module |
 //! |---|---|---|---|

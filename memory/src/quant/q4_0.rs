@@ -1,6 +1,6 @@
 //! Q4_0 (ggml type 2): 32 elements in 18 bytes, 4-bit codes around 8, one f16 scale.
 //!
-//! Layout (FORMATS.md § Llama architecture; ggml `block_q4_0` in `ggml-common.h`,
+//! Layout (docs/formats.md § Q4_0, Q4_1, Q8_0; ggml `block_q4_0` in `ggml-common.h`,
 //! `dequantize_row_q4_0` in `ggml-quants.c`):
 //!
 //! ```text

@@ -1,6 +1,6 @@
 //! Q4_1 (ggml type 3): 32 elements in 20 bytes, 4-bit codes, an f16 scale and an f16 minimum.
 //!
-//! Layout (FORMATS.md § Llama architecture; ggml `block_q4_1` in `ggml-common.h`,
+//! Layout (docs/formats.md § Q4_0, Q4_1, Q8_0; ggml `block_q4_1` in `ggml-common.h`,
 //! `dequantize_row_q4_1` in `ggml-quants.c`):
 //!
 //! ```text

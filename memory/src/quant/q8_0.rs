@@ -1,6 +1,6 @@
 //! Q8_0 (ggml type 8): 32 elements in 34 bytes, signed 8-bit codes, one f16 scale.
 //!
-//! Layout (FORMATS.md § Llama architecture; ggml `block_q8_0` in `ggml-common.h`,
+//! Layout (docs/formats.md § Q4_0, Q4_1, Q8_0; ggml `block_q8_0` in `ggml-common.h`,
 //! `dequantize_row_q8_0` in `ggml-quants.c`):
 //!
 //! ```text

@@ -36,7 +36,7 @@
 // SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 //
 // def read_gguf(path):
-//     """-> (file bytes, {name: (type id, ne, absolute data offset)}), following FORMATS.md's GGUF section."""
+//     """-> (file bytes, {name: (type id, ne, absolute data offset)}), following docs/formats.md's GGUF section."""
 //     b, pos = path.read_bytes(), 0
 //     def take(fmt):
 //         nonlocal pos

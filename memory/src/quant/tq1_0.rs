@@ -1,6 +1,6 @@
 //! TQ1_0 (ggml type 34): ternary, 256 elements in 54 bytes, base-3 packed, one f16 scale.
 //!
-//! Layout (FORMATS.md § Ternary block types; ggml `block_tq1_0` in `ggml-common.h`,
+//! Layout (docs/formats.md § TQ1_0; ggml `block_tq1_0` in `ggml-common.h`,
 //! `quantize_row_tq1_0_ref` / `dequantize_row_tq1_0` in `ggml-quants.c`):
 //!
 //! ```text

@@ -1,6 +1,6 @@
 //! TQ2_0 (ggml type 35): ternary, 256 elements in 66 bytes, 2-bit codes, one f16 scale.
 //!
-//! Layout (FORMATS.md § Ternary block types; ggml `block_tq2_0` in `ggml-common.h`,
+//! Layout (docs/formats.md § TQ2_0; ggml `block_tq2_0` in `ggml-common.h`,
 //! `dequantize_row_tq2_0` in `ggml-quants.c`):
 //!
 //! ```text

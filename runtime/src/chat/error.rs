@@ -17,14 +17,20 @@ pub enum ChatError {
     #[error(transparent)]
     Gguf(#[from] purebee_memory::gguf::GgufError),
     /// The template is not valid Jinja.
-    #[error("{CHAT_TEMPLATE_KEY} does not parse: {message}")]
+    #[error("{}{CHAT_TEMPLATE_KEY} does not parse: {message}", in_file(.file))]
     Parse {
+        /// The file (`None` for a template given as text, [`super::ChatTemplate::new`]).
+        file: Option<String>,
         /// minijinja's message (kind, detail, line).
         message: String,
     },
     /// The template failed while rendering (an undefined method, a `raise_exception`, ...).
-    #[error("{CHAT_TEMPLATE_KEY} failed to render: {message}")]
+    /// [`super::ChatTemplate::from_gguf`] renders one user message to find a template that
+    /// fails on every conversation when the file is loaded.
+    #[error("{}{CHAT_TEMPLATE_KEY} failed to render: {message}", in_file(.file))]
     Render {
+        /// The file (`None` for a template given as text, [`super::ChatTemplate::new`]).
+        file: Option<String>,
         /// minijinja's message (kind, detail, line).
         message: String,
     },
@@ -45,4 +51,9 @@ impl From<ModelError> for ChatError {
     fn from(e: ModelError) -> ChatError {
         ChatError::Model(Box::new(e))
     }
+}
+
+/// `"FILE: "`, or nothing without a file.
+fn in_file(file: &Option<String>) -> String {
+    file.as_ref().map(|f| format!("{f}: ")).unwrap_or_default()
 }

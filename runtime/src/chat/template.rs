@@ -40,41 +40,63 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The file the template came from, for errors.
+    file: Option<String>,
 }
 
 impl ChatTemplate {
     /// The template of `file`, with `tokenizer`'s BOS and EOS texts (empty when it has none).
+    ///
+    /// It is rendered once here with one user message and the generation prompt, the
+    /// conversation every template must accept (llama.cpp tries its templates the same way
+    /// when it loads a model): a template that fails on it (`raise_exception` whatever the
+    /// messages, an undefined method) is a [`ChatError::Render`] naming the file now, rather
+    /// than at the first turn. Errors name the file.
     pub fn from_gguf(file: &GgufFile, tokenizer: &Tokenizer) -> Result<ChatTemplate, ChatError> {
+        let path = file.path().display().to_string();
         if file.get(CHAT_TEMPLATE_KEY).is_none() {
-            return Err(ChatError::MissingTemplate { file: file.path().display().to_string() });
+            return Err(ChatError::MissingTemplate { file: path });
         }
         let source = file.get_str(CHAT_TEMPLATE_KEY)?;
         let text = |id: Option<u32>| id.and_then(|id| tokenizer.token_text(id)).unwrap_or_default().to_string();
-        ChatTemplate::new(source, &text(tokenizer.bos()), &text(tokenizer.eos()))
+        let template = ChatTemplate::parse(source, &text(tokenizer.bos()), &text(tokenizer.eos()), Some(path))?;
+        template.render(&[ChatMessage::new("user", "Hello")], true).map_err(|e| match e {
+            ChatError::Render { file, message } => ChatError::Render {
+                file,
+                message: format!("{message} (rendering one user message, which every template must accept)"),
+            },
+            e => e,
+        })?;
+        Ok(template)
     }
 
     /// Parses `source`; `bos_token` and `eos_token` are the texts the template sees.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate, ChatError> {
+        ChatTemplate::parse(source, bos_token, eos_token, None)
+    }
+
+    fn parse(source: &str, bos_token: &str, eos_token: &str, file: Option<String>) -> Result<ChatTemplate, ChatError> {
+        let parse_error = |e: Error| ChatError::Parse { file: file.clone(), message: e.to_string() };
         let mut env = Environment::new();
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
                 .trim_blocks(true)
                 .lstrip_blocks(true)
                 .build()
-                .map_err(|e| ChatError::Parse { message: e.to_string() })?,
+                .map_err(parse_error)?,
         );
         env.set_fuel(Some(CHAT_TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
-        env.add_template_owned(CHAT_TEMPLATE_KEY, source.to_string())
-            .map_err(|e| ChatError::Parse { message: e.to_string() })?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        env.add_template_owned(CHAT_TEMPLATE_KEY, source.to_string()).map_err(parse_error)?;
+        Ok(ChatTemplate { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string(), file })
     }
 
     /// Renders `messages`; with `add_generation_prompt` the text ends with the opening of
     /// an assistant turn, where the model's answer starts.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatError> {
         let render_error = |e: Error| ChatError::Render {
+            file: self.file.clone(),
             message: match e.kind() {
                 ErrorKind::OutOfFuel => format!("it ran more than {CHAT_TEMPLATE_FUEL} instructions ({e})"),
                 _ => e.to_string(),
@@ -94,7 +116,10 @@ impl ChatTemplate {
         // minijinja can panic on what a template does (3.0.5: `''[::-1]` indexes an empty
         // vector); the template comes from the file, so a panic is a render error too.
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
-            .map_err(|_| ChatError::Render { message: "the template renderer panicked".to_string() })?
+            .map_err(|_| ChatError::Render {
+                file: self.file.clone(),
+                message: "the template renderer panicked".to_string(),
+            })?
             .map_err(render_error)
     }
 }
@@ -134,7 +159,7 @@ mod tests {
     fn raise_exception_is_a_render_error_with_its_message() {
         let source = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with a user message') }}{% endif %}ok";
         match render(source, &[ChatMessage::new("assistant", "x")], true) {
-            Err(ChatError::Render { message }) => {
+            Err(ChatError::Render { message, .. }) => {
                 assert!(message.contains("Conversations must start with a user message"), "{message}")
             }
             other => panic!("expected a render error, got {other:?}"),

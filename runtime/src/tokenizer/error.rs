@@ -85,6 +85,18 @@ pub enum TokenizerError {
     /// BOS must be added but no BOS id is set.
     #[error("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is not set")]
     AddBosWithoutBos,
+    /// The tokenizer of a GGUF file could not be built: the file, and what is wrong with its
+    /// `tokenizer.ggml.*` keys ([`super::Tokenizer::from_gguf`] wraps every error but
+    /// [`TokenizerError::Gguf`], which names the file already). [`TokenizerError::cause`]
+    /// gives the inner error.
+    #[error("{file}: {source}")]
+    InFile {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        #[source]
+        source: Box<TokenizerError>,
+    },
     /// A built-in pre-tokenizer regex failed to compile (a bug in this crate).
     #[error("pre-tokenizer regex '{pattern}' does not compile: {source}")]
     Regex {
@@ -94,4 +106,15 @@ pub enum TokenizerError {
         #[source]
         source: Box<regex::Error>,
     },
+}
+
+impl TokenizerError {
+    /// What is wrong, without the file: the error inside [`TokenizerError::InFile`], or
+    /// this error itself.
+    pub fn cause(&self) -> &TokenizerError {
+        match self {
+            TokenizerError::InFile { source, .. } => source.cause(),
+            other => other,
+        }
+    }
 }

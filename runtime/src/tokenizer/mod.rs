@@ -273,7 +273,16 @@ impl Tokenizer {
     /// old files), `bos_token_id`, `eos_token_id`, `eot_token_id` and `eom_token_id` (both
     /// end generation), `add_bos_token` (without it: true for `llama-bpe`, false
     /// otherwise, as in llama.cpp). A key that is present with the wrong type is an error.
+    /// Every error names the file: [`TokenizerError::Gguf`] does already, every other one
+    /// comes inside [`TokenizerError::InFile`].
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
+        Tokenizer::from_gguf_keys(file).map_err(|e| match e {
+            e @ TokenizerError::Gguf(_) => e,
+            e => TokenizerError::InFile { file: file.path().display().to_string(), source: Box::new(e) },
+        })
+    }
+
+    fn from_gguf_keys(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         let model = file.get_str(KEY_MODEL)?;
         if model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel {
