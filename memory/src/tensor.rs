@@ -4,8 +4,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
-use memmap2::Mmap;
-
+use crate::gguf::GuardedMap;
 use crate::{DType, MemoryError, Shape};
 
 /// A tensor in host memory.
@@ -23,7 +22,7 @@ pub struct HostTensor {
 #[derive(Clone, Debug)]
 enum TensorData {
     /// A byte range of a mapped file, checked to lie inside the map at construction.
-    Mapped { map: Arc<Mmap>, range: Range<usize> },
+    Mapped { map: Arc<GuardedMap>, range: Range<usize> },
     /// Owned storage; `len` bytes of `words` are the tensor's bytes.
     Owned { words: Vec<u32>, len: usize },
 }
@@ -35,7 +34,7 @@ impl HostTensor {
         name: &str,
         dtype: DType,
         shape: Shape,
-        map: Arc<Mmap>,
+        map: Arc<GuardedMap>,
         range: Range<usize>,
     ) -> Result<HostTensor, MemoryError> {
         let expected = expected_bytes(name, dtype, &shape)?;

@@ -17,6 +17,7 @@ use memmap2::{Mmap, MmapMut};
 use crate::{ggml_type_name, DType, HostTensor, Registry, Shape, TensorId};
 
 use super::cursor::Cursor;
+use super::map_guard::GuardedMap;
 use super::metadata::{read_value, MetaArray, MetaType, MetaValue, Mismatch};
 use super::watch::FileWatch;
 use super::GgufError;
@@ -69,7 +70,7 @@ impl TensorInfo {
 /// A GGUF file, memory-mapped and validated. See the module docs for what is checked.
 pub struct GgufFile {
     path: PathBuf,
-    map: Arc<Mmap>,
+    map: Arc<GuardedMap>,
     version: u32,
     alignment: u64,
     data_offset: u64,
@@ -96,15 +97,16 @@ impl fmt::Debug for GgufFile {
 }
 
 /// Maps `file` read-only.
-#[allow(unsafe_code)] // The one unsafe operation of the reader; see SAFETY.
+#[allow(unsafe_code)] // The reader's one unsafe operation (map_guard.rs has the SIGBUS handler's).
 fn map_file(file: &File) -> std::io::Result<Mmap> {
     // SAFETY: `Mmap::map` is unsafe because the mapped bytes can change or disappear while
     // the map lives if another process writes to or truncates the file. We map read-only
     // and never hand out a mutable view. Every size is checked against the
     // length the map had at open, so reads stay inside the map; but if another process
     // truncates the file afterwards, touching the lost pages raises SIGBUS, which no safe
-    // wrapper can prevent (`watch.rs`: what is checked instead, and when). Callers must not
-    // modify model files while they are open.
+    // wrapper can prevent: `watch.rs` catches a change between two passes, `map_guard.rs`
+    // turns a SIGBUS in the map into an exit naming the file. Callers must not modify model
+    // files while they are open.
     unsafe { Mmap::map(file) }
 }
 
@@ -120,7 +122,7 @@ impl GgufFile {
         let io = |source| GgufError::Io { path: path.clone(), source };
         let file = File::open(&path).map_err(io)?;
         let modified = file.metadata().map_err(io)?.modified().ok();
-        let map = map_file(&file).map_err(io)?;
+        let map = GuardedMap::file(map_file(&file).map_err(io)?, &path);
         let watch = FileWatch::new(path.clone(), file, map.len() as u64, modified);
         GgufFile::parse(path, Arc::new(map), watch)
     }
@@ -133,11 +135,11 @@ impl GgufFile {
         let io = |source| GgufError::Io { path: path.clone(), source };
         let mut map = MmapMut::map_anon(bytes.len()).map_err(io)?;
         map.copy_from_slice(bytes);
-        let map = map.make_read_only().map_err(io)?;
+        let map = GuardedMap::anonymous(map.make_read_only().map_err(io)?);
         GgufFile::parse(path, Arc::new(map), FileWatch::none())
     }
 
-    fn parse(path: PathBuf, map: Arc<Mmap>, watch: FileWatch) -> Result<GgufFile, GgufError> {
+    fn parse(path: PathBuf, map: Arc<GuardedMap>, watch: FileWatch) -> Result<GgufFile, GgufError> {
         let mut cur = Cursor::new(&map, &path);
 
         let magic: [u8; 4] = cur.array(&|| "the magic".to_string())?;
@@ -472,7 +474,7 @@ impl GgufFile {
     }
 
     /// The memory map shared by every host tensor made from this file.
-    pub fn map(&self) -> &Arc<Mmap> {
+    pub fn map(&self) -> &Arc<GuardedMap> {
         &self.map
     }
 }

@@ -18,7 +18,8 @@
 //!   and [`GgufLayout`] says where each of their fields landed; [`GgufStreamWriter`] takes
 //!   tensor bytes piece by piece, for files written without holding their tensors in memory.
 //! - [`FileWatch`] tells whether a mapped file was truncated or rewritten since it was
-//!   opened (the map would raise SIGBUS or show other bytes).
+//!   opened (the map would raise SIGBUS or show other bytes); [`GuardedMap`], the map itself,
+//!   turns a SIGBUS in it during a read into an exit with a message naming the file.
 //!
 //! The reader treats the file as hostile: every count, length and offset is checked
 //! against the bytes left before it is used, no allocation is sized by an unchecked count,
@@ -28,12 +29,14 @@
 mod cursor;
 mod error;
 mod file;
+mod map_guard;
 mod metadata;
 mod watch;
 mod writer;
 
 pub use error::{GgufError, GgufWriteError};
 pub use file::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
+pub use map_guard::GuardedMap;
 pub use metadata::{MetaArray, MetaType, MetaValue, MAX_ARRAY_NESTING};
 pub use watch::FileWatch;
 pub use writer::{GgufLayout, GgufStreamWriter, GgufWriter, KvLayout, TensorInfoLayout, MAX_TENSOR_NAME_LEN};

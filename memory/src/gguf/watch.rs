@@ -12,7 +12,8 @@
 //! turn), can be seen before the map is touched again: [`FileWatch::check`] compares the
 //! open file's length and modification time (`fstat` of the descriptor kept since the map
 //! was made, so a rename does not count) with those at open, and says which changed. The
-//! runtime checks before every forward pass. A truncation during a pass still raises SIGBUS.
+//! runtime checks before every forward pass. A truncation during a pass still raises SIGBUS,
+//! which `map_guard.rs` turns into an exit with a message naming the file.
 
 use std::fs::File;
 use std::path::PathBuf;
