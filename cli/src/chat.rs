@@ -1,6 +1,7 @@
-//! `purebee-rs chat`: a conversation in the model's chat template. User turns are read
-//! line by line from stdin, each answer is streamed to stdout, and the conversation keeps
-//! its KV cache between turns. `/clear` starts over, `/exit` or the end of input quits.
+//! `purebee-rs chat`: a conversation in the model's chat template; the conversation keeps
+//! its KV cache between turns. On a terminal it is the REPL of `repl/`; otherwise user
+//! turns are read line by line from stdin, each answer is streamed to stdout, `/clear`
+//! starts over, `/exit` or the end of input quits.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::{GenerateOptions, StopReason};
 
 use crate::generation_args::GenerationArgs;
+use crate::repl::{self, Chat, Setup};
 use crate::{speed, CliError};
 
 /// Arguments of `chat`.
@@ -27,28 +29,38 @@ pub struct ChatArgs {
     pub generation: GenerationArgs,
 }
 
-/// Runs `chat`, reading user turns from `input`; `interactive` (a terminal) shows a `> `
-/// prompt on stderr.
+/// Runs `chat`: the REPL when `interactive` (stdin is a terminal), else one user turn per
+/// line of `input`.
 pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let (_, file) = crate::loading::open(&args.model, &args.generation.engine)?;
+    let (path, file) = crate::loading::open(&args.model, &args.generation.engine)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
     let sampler = args.generation.sampler()?;
     let model = args.generation.load_model(&file)?;
-    let n_ctx = model.n_ctx();
     // Each answer ends at the model's end-of-turn token.
-    let mut opts = GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler };
+    let opts =
+        GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler, stop: None };
+    let conversation = Conversation::new(model, tokenizer, template, args.system.clone());
+    if interactive {
+        let setup = Setup { path: &path, file: &file, opts };
+        return repl::run(setup, conversation, out);
+    }
+    plain(conversation, opts, input, out)
+}
+
+/// One user turn per line of `input` (not a terminal), each answer on one line of `out`
+/// and the speed line on stderr.
+fn plain(
+    mut conversation: Chat,
+    mut opts: GenerateOptions,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let n_ctx = conversation.model().n_ctx();
     let first_seed = opts.sampler.seed;
     let mut turn = 0u64;
-    let mut conversation = Conversation::new(model, tokenizer, template, args.system.clone());
-    if interactive {
-        eprintln!("purebee-rs: chat; /clear starts over, /exit or end of input (Ctrl-D) quits");
-    }
     let mut line = String::new();
     loop {
-        if interactive {
-            eprint!("> ");
-        }
         line.clear();
         if input.read_line(&mut line)? == 0 {
             break;

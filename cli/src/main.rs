@@ -29,6 +29,7 @@ mod npy;
 mod progress;
 mod pull;
 mod quantize;
+mod repl;
 mod run;
 mod speed;
 mod synth;

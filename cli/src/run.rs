@@ -85,8 +85,12 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         .into());
     }
-    let opts =
-        GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: args.ignore_eos, sampler };
+    let opts = GenerateOptions {
+        max_new_tokens: args.generation.max_new_tokens(),
+        ignore_eos: args.ignore_eos,
+        sampler,
+        stop: None,
+    };
 
     // Control tokens (an end-of-turn marker) are not text: they are not printed.
     let mut decoder = StreamDecoder::new(&tokenizer).skip_control(true);

@@ -1,6 +1,9 @@
 //! The generation loop: one batched prefill of the prompt, then one decode step per token,
-//! until an end-of-generation token, the token limit or the end of the context.
+//! until an end-of-generation token, the token limit, the end of the context or a stop
+//! request ([`GenerateOptions::stop`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use purebee_isa::Engine;
@@ -17,6 +20,12 @@ pub struct GenerateOptions {
     pub ignore_eos: bool,
     /// How to pick each token.
     pub sampler: SamplerConfig,
+    /// Set from another thread or a signal handler (e.g. `signal_hook::flag::register`) to
+    /// stop between two decode steps with [`StopReason::Interrupted`]; the caller clears
+    /// it. The prefill is one batched run and is not cut: a flag set during it stops
+    /// generation after the first token. What was generated stays valid (the KV cache
+    /// holds every id but the last, as after any stop).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// Why generation stopped.
@@ -28,6 +37,9 @@ pub enum StopReason {
     EndOfGeneration,
     /// The KV cache is full.
     ContextFull,
+    /// [`GenerateOptions::stop`] was set (a Ctrl-C): generation stopped between two decode
+    /// steps, after at least one token.
+    Interrupted,
 }
 
 /// The outcome of [`generate`].
@@ -128,6 +140,9 @@ pub fn generate_after_cached_prefix<E: Engine>(
         }
         if pos >= model.n_ctx() {
             break StopReason::ContextFull;
+        }
+        if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break StopReason::Interrupted;
         }
         token = next(model, &mut sampler, &[token], pos)?;
         pos += 1;

@@ -36,6 +36,7 @@ fn greedy(max_new_tokens: usize) -> GenerateOptions {
         max_new_tokens,
         ignore_eos: false,
         sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+        stop: None,
     }
 }
 
@@ -124,6 +125,30 @@ fn later_turns_reuse_the_kv_cache_and_equal_a_fresh_prefill_of_the_whole_convers
     conv.clear();
     let nothing = conv.reply("Hello there.", &greedy(0), |_| {}).expect("empty turn");
     assert!(nothing.generation.generated.is_empty() && conv.cached_ids().is_empty());
+}
+
+/// A new system message mid-conversation keeps the turns so far; the next turn's prompt is
+/// the whole conversation rendered under it, and its answer that of a fresh prefill of it.
+#[test]
+fn a_new_system_message_keeps_the_conversation_and_is_in_the_next_prompt() {
+    let mut conv = tiny_conversation(256);
+    let opts = greedy(4);
+    let first = conv.reply("Hello there.", &opts, |_| {}).expect("first turn");
+    conv.set_system(Some("Be brief.".to_string()));
+    assert_eq!(conv.system(), Some("Be brief."));
+    let second = conv.reply(QUESTION, &opts, |_| {}).expect("second turn");
+    let roles: Vec<&str> = conv.messages().iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant"]);
+    assert_eq!(conv.messages()[2].content, first.text);
+    let (file, tokenizer, template) = open(&tiny(TINY));
+    let prompt = tokenize_prompt(&tokenizer, &template.render(&conv.messages()[..4], true).expect("renders"));
+    assert_eq!(&conv.cached_ids()[..prompt.len()], &prompt[..], "the cache holds the prompt under the new system");
+    let mut fresh = Model::load(RefEngine::new(), &file, 256).expect("model loads");
+    let want = generate(&mut fresh, &prompt, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
+    assert_eq!(second.generation.generated, want.generated);
+    // No system message again: the next prompt has none (the template's default, here).
+    conv.set_system(None);
+    assert_eq!(conv.messages()[0].role, "user");
 }
 
 #[test]

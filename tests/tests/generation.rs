@@ -2,6 +2,9 @@
 //! models (fixture README §2: the reference's free-running paths equal llama.cpp's there),
 //! sampling is reproducible from a seed, and the context limit stops cleanly.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use purebee_engine_ref::RefEngine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
@@ -24,6 +27,7 @@ fn greedy(n: usize) -> GenerateOptions {
         max_new_tokens: n,
         ignore_eos: true,
         sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+        stop: None,
     }
 }
 
@@ -69,6 +73,7 @@ fn sampling_is_reproducible_from_a_seed() {
             repeat_last_n: 64,
             seed,
         },
+        stop: None,
     };
     let a = generate(&mut model, &prompt, &opts(42), |_| false, |_| {}).expect("generates").generated;
     let b = generate(&mut model, &prompt, &opts(42), |_| false, |_| {}).expect("generates").generated;
@@ -114,4 +119,26 @@ fn generating_after_a_cached_prefix_equals_generating_from_scratch() {
         generate_after_cached_prefix(&mut model, &prompt, prompt.len(), &greedy(8), |_| false, |_| {}),
         Err(ModelError::NoTokens)
     ));
+}
+
+/// The stop flag ends generation between two decode steps: set before the call, after the
+/// first token (the prefill is not cut); set by the token callback, right after that token.
+/// What was generated is the greedy path's prefix, and the model goes on from it.
+#[test]
+fn a_stop_flag_ends_generation_between_two_steps() {
+    let mut model = load("tiny_b158_f32", 256);
+    let prompt = ids("tiny_b158_f32", "p16", "prompt_token_ids");
+    let want = ids("tiny_b158_f32", "p16", "llamacpp_greedy_ids");
+    let flag = Arc::new(AtomicBool::new(true));
+    let opts = GenerateOptions { stop: Some(Arc::clone(&flag)), ..greedy(32) };
+    let g = generate(&mut model, &prompt, &opts, |_| false, |_| {}).expect("generates");
+    assert_eq!((g.generated.as_slice(), g.stop), (&want[..1], StopReason::Interrupted));
+    flag.store(false, Ordering::Relaxed);
+    let mut seen = 0;
+    let stop_after_five = |_| {
+        seen += 1;
+        flag.store(seen == 5, Ordering::Relaxed);
+    };
+    let g = generate(&mut model, &prompt, &opts, |_| false, stop_after_five).expect("generates");
+    assert_eq!((g.generated.as_slice(), g.stop), (&want[..5], StopReason::Interrupted));
 }

@@ -153,6 +153,7 @@ fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivation
             max_new_tokens: c.greedy_steps,
             ignore_eos: false,
             sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
+            stop: None,
         };
         let g = generate(&mut model, &c.prompt_ids, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
         let want = &c.generated[..c.first_eog_step.map_or(c.greedy_steps, |e| e + 1).min(c.greedy_steps)];

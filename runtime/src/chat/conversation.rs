@@ -61,6 +61,24 @@ impl<E: Engine> Conversation<E> {
         self.cached.clear();
     }
 
+    /// Replaces the system message (`None`: none) and keeps the rest of the conversation;
+    /// the next turn renders it anew, so the KV cache is reused only up to where the new
+    /// prompt differs (usually its start).
+    pub fn set_system(&mut self, system: Option<String>) {
+        if self.system.is_some() {
+            self.messages.remove(0);
+        }
+        if let Some(s) = &system {
+            self.messages.insert(0, ChatMessage::new("system", s));
+        }
+        self.system = system;
+    }
+
+    /// The system message.
+    pub fn system(&self) -> Option<&str> {
+        self.system.as_deref()
+    }
+
     /// The messages so far.
     pub fn messages(&self) -> &[ChatMessage] {
         &self.messages
