@@ -183,15 +183,7 @@ mod tests {
 
     #[test]
     fn every_accepted_value_passes_the_samplers_own_check() {
-        let mut s = SamplerConfig {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            repeat_last_n: 64,
-            seed: 0,
-        };
+        let mut s = SamplerConfig::default();
         for line in [
             "/set temperature 0",
             "/set temperature 2",
