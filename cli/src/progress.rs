@@ -46,6 +46,11 @@ impl PullProgress {
     pub fn event(&mut self, event: &PullEvent) {
         match *event {
             PullEvent::Cached { path } => self.say(&format!("{} is in the store: {}", self.label, path.display())),
+            PullEvent::Shared { from } => self.say(&format!(
+                "{} taken from the Hugging Face cache (digest checked): {}",
+                self.label,
+                from.display()
+            )),
             PullEvent::Waiting { .. } => {
                 self.say(&format!("another pull of {} is running; waiting for it to finish", self.label))
             }

@@ -19,7 +19,9 @@ fn tiny_model() -> PathBuf {
 /// The binary with its store in `cache` and the hub at `server`.
 fn purebee(cache: &Path, server: &TestServer) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_purebee-rs"));
+    // No Hugging Face cache of the machine's own: what a test pulls comes from its server.
     c.env("PUREBEE_CACHE", cache).env("HF_ENDPOINT", server.url("")).env_remove("HF_TOKEN");
+    c.env("HF_HUB_CACHE", cache.join("no-hf-cache"));
     c
 }
 

@@ -48,6 +48,10 @@ pub struct PullOptions {
     pub stall_timeout: Duration,
     /// How long to wait for a connection.
     pub connect_timeout: Duration,
+    /// Other Hugging Face hub caches (read only): an `hf://` file whose blob one of them
+    /// holds, with the expected digest, is copied (hard-linked where it can be) instead of
+    /// downloaded, so a file another tool pulled is not fetched twice.
+    pub shared_caches: Vec<PathBuf>,
 }
 
 impl Default for PullOptions {
@@ -60,12 +64,15 @@ impl Default for PullOptions {
             backoff: Duration::from_secs(1),
             stall_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
+            shared_caches: Vec::new(),
         }
     }
 }
 
 impl PullOptions {
-    /// The defaults with `HF_ENDPOINT` and `HF_TOKEN` from the environment.
+    /// The defaults with `HF_ENDPOINT` and `HF_TOKEN` from the environment, and the Hugging
+    /// Face hub cache as huggingface_hub finds it (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
+    /// `~/.cache/huggingface/hub`) as a shared cache.
     pub fn from_env() -> PullOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let mut o = PullOptions::default();
@@ -73,6 +80,11 @@ impl PullOptions {
             o.hf_endpoint = e.trim().trim_end_matches('/').to_string();
         }
         o.hf_token = var("HF_TOKEN").or_else(|| var("HUGGING_FACE_HUB_TOKEN"));
+        let hf_cache = var("HF_HUB_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| var("HF_HOME").map(|h| Path::new(&h).join("hub")))
+            .or_else(|| var("HOME").map(|h| Path::new(&h).join(".cache/huggingface/hub")));
+        o.shared_caches.extend(hf_cache);
         o
     }
 }
@@ -85,6 +97,11 @@ pub enum PullEvent<'a> {
     Cached {
         /// Its path.
         path: &'a Path,
+    },
+    /// The file was taken from another Hugging Face hub cache (`PullOptions::shared_caches`).
+    Shared {
+        /// The blob it was taken from.
+        from: &'a Path,
     },
     /// Another pull of the same file holds its lock; this one waits for it.
     Waiting {
@@ -326,6 +343,9 @@ impl Target<'_> {
         }
         let blobs = self.repo_dir.join("blobs");
         fs::create_dir_all(&blobs).map_err(|source| HubError::Io { path: blobs.clone(), source })?;
+        if let Some(p) = self.take_from_shared_cache(&opts.shared_caches, on)? {
+            return Ok(p);
+        }
         let partial = blobs.join(format!("{key}.incomplete"));
         let download = Download { url, auth, partial: &partial, expected: self.expected, opts };
         let result = download.run(on);
@@ -348,6 +368,43 @@ impl Target<'_> {
         let path = link_snapshot(self.repo_dir, self.snapshot, self.source.file(), &sha256.to_string())?;
         let size = fs::metadata(&blob).map_err(|source| HubError::Io { path: blob.clone(), source })?.len();
         Ok(Pulled { name: self.source.name(), path, sha256, size, downloaded, verified: self.expected.is_some() })
+    }
+
+    /// The expected blob taken from another hub cache that holds it under the same repo
+    /// folder, after checking its digest (a blob that does not match is left alone): hard
+    /// linked into the store, or copied across file systems.
+    fn take_from_shared_cache(
+        &self,
+        caches: &[PathBuf],
+        on: &mut dyn FnMut(&PullEvent),
+    ) -> Result<Option<Pulled>, HubError> {
+        let (Some(expected), Some(folder)) = (self.expected, self.repo_dir.file_name()) else { return Ok(None) };
+        let blob = self.repo_dir.join("blobs").join(expected.to_string());
+        for cache in caches {
+            let shared = cache.join(folder).join("blobs").join(expected.to_string());
+            if shared == blob || !shared.is_file() || Sha256Digest::of_file(&shared).ok() != Some(expected) {
+                continue;
+            }
+            let io = |source| HubError::Io { path: blob.clone(), source };
+            let partial = blob.with_extension("shared.incomplete");
+            let _ = fs::remove_file(&partial);
+            if fs::hard_link(&shared, &partial).is_err() {
+                fs::copy(&shared, &partial).map_err(io)?;
+            }
+            fs::rename(&partial, &blob).map_err(io)?;
+            on(&PullEvent::Shared { from: &shared });
+            let path = link_snapshot(self.repo_dir, self.snapshot, self.source.file(), &expected.to_string())?;
+            let size = fs::metadata(&blob).map_err(io)?.len();
+            return Ok(Some(Pulled {
+                name: self.source.name(),
+                path,
+                sha256: expected,
+                size,
+                downloaded: 0,
+                verified: true,
+            }));
+        }
+        Ok(None)
     }
 }
 

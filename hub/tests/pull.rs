@@ -193,6 +193,39 @@ fn an_hf_pull_lands_in_the_hub_layout_and_a_second_pull_downloads_nothing() {
     assert!(matches!(store.find_name("owner/repo/model.Q4_0.gguf"), Err(HubError::NotInStore { .. })));
 }
 
+/// A file another tool pulled into its own Hugging Face cache is taken from there, after its
+/// digest is checked, with nothing downloaded; a blob there that does not match is ignored.
+#[test]
+fn an_hf_file_in_another_hub_cache_is_taken_from_there_after_its_digest_is_checked() {
+    let server = TestServer::start();
+    let body = test_bytes(50_000, 9);
+    let commit = "89abcdef0123456789abcdef0123456789abcdef";
+    let sha = server.hub_file("owner/repo", "main", "model.gguf", commit, body.clone(), None, vec![]);
+    let source = Source::parse("hf://owner/repo/model.gguf").expect("source");
+    let shared = tempfile::tempdir().expect("tempdir");
+    let shared_blob = shared.path().join("models--owner--repo/blobs").join(&sha);
+    fs::create_dir_all(shared_blob.parent().expect("blobs")).expect("mkdir");
+    let opts = PullOptions { shared_caches: vec![shared.path().to_path_buf()], ..options(&server, 0) };
+
+    // A blob of the right name with other bytes is not trusted: the file is downloaded.
+    fs::write(&shared_blob, test_bytes(50_000, 10)).expect("write");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pulled = pull(&Store::new(dir.path()), &source, &opts, &mut |_| {}).expect("pulled");
+    assert_eq!((pulled.downloaded, server.gets("/cdn/").len()), (body.len() as u64, 1));
+
+    // The right bytes: taken, nothing downloaded, the store's blob and links as after a download.
+    fs::write(&shared_blob, &body).expect("write");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut shared_event = false;
+    let pulled =
+        pull(&Store::new(dir.path()), &source, &opts, &mut |e| shared_event |= matches!(e, PullEvent::Shared { .. }))
+            .expect("pulled");
+    assert!(shared_event && pulled.verified);
+    assert_eq!((pulled.downloaded, server.gets("/cdn/").len()), (0, 1), "nothing more was downloaded");
+    assert_eq!(fs::read(&pulled.path).expect("the linked file"), body);
+    assert_eq!(fs::read(&shared_blob).expect("the shared blob"), body, "the other cache is left as it was");
+}
+
 #[test]
 fn an_hf_pull_checks_the_hubs_digest_and_a_conflicting_sha256() {
     let server = TestServer::start();
