@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use purebee_isa::Engine;
-use purebee_runtime::{Model, ModelError};
+use purebee_runtime::{Model, ModelError, Session};
 use serde_json::{json, Value};
 
 use crate::engine_choice::{self, EngineArgs};
@@ -178,6 +178,7 @@ fn check_flags(args: &BenchArgs) -> Result<usize, BenchError> {
 /// One repetition: the prefill's and the decode's durations (`None` for a phase of 0 tokens).
 fn repetition<E: Engine>(
     model: &mut Model<E>,
+    session: &mut Session,
     prompt: &[u32],
     first_decode_token: u32,
     n_gen: usize,
@@ -190,7 +191,7 @@ fn repetition<E: Engine>(
         (first_decode_token, None)
     } else {
         let start = Instant::now();
-        let t = model.forward_greedy(prompt, 0).map_err(|e| fail("prefill", e))?;
+        let t = model.forward_greedy(session, prompt, 0).map_err(|e| fail("prefill", e))?;
         (t, Some(start.elapsed()))
     };
     if n_gen == 0 {
@@ -198,7 +199,7 @@ fn repetition<E: Engine>(
     }
     let start = Instant::now();
     for pos in prompt.len()..prompt.len() + n_gen {
-        token = model.forward_greedy(&[token], pos).map_err(|e| fail("decode", e))?;
+        token = model.forward_greedy(session, &[token], pos).map_err(|e| fail("decode", e))?;
     }
     Ok((prefill, Some(start.elapsed())))
 }
@@ -207,13 +208,16 @@ fn repetition<E: Engine>(
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let n_ctx = check_flags(args)?;
     let (model_path, file) = crate::loading::open(&args.model, &args.engine)?;
-    let engine = engine_choice::create(&args.engine)?;
+    let spec = args.engine.spec();
+    let engine = engine_choice::create(&spec)?;
     let engine_name = engine.name().to_string();
     let load_start = Instant::now();
     let spinner = Spinner::start(format!("loading the model on the {engine_name} engine"));
-    let model = Model::load_with(engine, &file, n_ctx, args.engine.activations());
+    let model = Model::load_with(engine, &file, spec.activations);
     spinner.finish();
-    let mut model = model.map_err(|source| BenchError::Load { file: model_path.clone(), source: Box::new(source) })?;
+    let load_error = |source| BenchError::Load { file: model_path.clone(), source: Box::new(source) };
+    let mut model = model.map_err(load_error)?;
+    let mut session = model.new_session(n_ctx).map_err(load_error)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
     if args.engine.verbose {
         eprintln!("purebee-rs: loaded the model on the {engine_name} engine in {load_seconds:.2} s");
@@ -228,7 +232,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let mut prefill = PhaseStats { tokens: args.n_prompt, seconds: Vec::new() };
     let mut decode = PhaseStats { tokens: args.n_gen, seconds: Vec::new() };
     for r in 0..=args.repetitions {
-        let (p, d) = repetition(&mut model, &prompt, first_decode_token, args.n_gen, r, &model_path)?;
+        let (p, d) = repetition(&mut model, &mut session, &prompt, first_decode_token, args.n_gen, r, &model_path)?;
         let what = if r == 0 { "warm-up".to_string() } else { format!("repetition {r}/{}", args.repetitions) };
         let rate = |t: Option<Duration>, n: usize| {
             t.map_or("-".to_string(), |t| format!("{:.2} t/s", n as f64 / t.as_secs_f64()))

@@ -36,11 +36,11 @@ pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mu
     let tokenizer = Tokenizer::from_gguf(&file)?;
     let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
     let sampler = args.generation.sampler()?;
-    let model = args.generation.load_model(&file)?;
+    let (model, session) = args.generation.load_model(&file)?;
     // Each answer ends at the model's end-of-turn token.
     let opts =
         GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler, stop: None };
-    let conversation = Conversation::new(model, tokenizer, template, args.system.clone());
+    let conversation = Conversation::new(model, session, tokenizer, template, args.system.clone());
     if interactive {
         let setup = Setup { path: &path, file: &file, opts };
         return repl::run(setup, conversation, out);
@@ -56,7 +56,7 @@ fn plain(
     input: &mut dyn BufRead,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let n_ctx = conversation.model().n_ctx();
+    let n_ctx = conversation.session().n_ctx();
     let first_seed = opts.sampler.seed;
     let mut turn = 0u64;
     let mut line = String::new();

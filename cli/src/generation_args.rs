@@ -2,10 +2,10 @@
 //! sampler and model they build.
 
 use clap::Args;
-use purebee_isa::Engine;
+use purebee_loader::DynEngine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
-use purebee_runtime::{Model, ModelConfig};
+use purebee_runtime::{Model, ModelConfig, Session};
 
 use crate::engine_choice::EngineArgs;
 use crate::CliError;
@@ -31,7 +31,13 @@ pub struct GenerationArgs {
     /// Repeat penalty (1: off).
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub repeat_penalty: f32,
-    /// How many recent tokens the repeat penalty looks at.
+    /// Frequency penalty: subtracted per occurrence in the recent tokens (0: off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Presence penalty: subtracted once from each recent token (0: off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// How many recent tokens the penalties look at.
     #[arg(long, default_value_t = 64)]
     pub repeat_last_n: usize,
     /// Sampling seed (default: random, printed on stderr).
@@ -55,6 +61,8 @@ impl GenerationArgs {
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
             repeat_last_n: self.repeat_last_n,
             seed,
         };
@@ -70,13 +78,13 @@ impl GenerationArgs {
         usize::try_from(self.n_predict).unwrap_or(usize::MAX)
     }
 
-    /// The model of `file` on the chosen engine, with the chosen context.
-    pub fn load_model(&self, file: &GgufFile) -> Result<Model<Box<dyn Engine>>, CliError> {
+    /// The model of `file` on the chosen engine, and a session of the chosen context.
+    pub fn load_model(&self, file: &GgufFile) -> Result<(Model<DynEngine>, Session), CliError> {
         let n_ctx = match self.ctx_size {
             Some(c) => c,
             None => ModelConfig::from_gguf(file)?.n_ctx_train.min(4096),
         };
-        self.engine.load_model(file, n_ctx)
+        self.engine.load_model_and_session(file, n_ctx)
     }
 }
 

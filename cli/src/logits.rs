@@ -44,14 +44,14 @@ pub struct LogitsArgs {
 pub fn run(args: &LogitsArgs) -> Result<(), CliError> {
     let file = GgufFile::open(&args.model)?;
     let n_ctx = args.ctx_size.unwrap_or(args.tokens.len()).max(1);
-    let mut model = args.engine.load_model(&file, n_ctx)?;
+    let (mut model, mut session) = args.engine.load_model_and_session(&file, n_ctx)?;
     let vocab = model.config().n_vocab;
     let data = match args.mode {
-        Mode::Prefill => model.forward(&args.tokens, 0, LogitsRows::All)?,
+        Mode::Prefill => model.forward(&mut session, &args.tokens, 0, LogitsRows::All)?,
         Mode::Decode => {
             let mut data = Vec::with_capacity(args.tokens.len() * vocab);
             for (pos, &t) in args.tokens.iter().enumerate() {
-                data.extend(model.forward(&[t], pos, LogitsRows::Last)?);
+                data.extend(model.forward(&mut session, &[t], pos, LogitsRows::Last)?);
             }
             data
         }

@@ -70,18 +70,17 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         (None, None) => return Err("give a prompt with -p TEXT or --tokens 1,2,3".into()),
     };
     let sampler = args.generation.sampler()?;
-    let mut model = args.generation.load_model(&file)?;
+    let (mut model, mut session) = args.generation.load_model(&file)?;
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
         return Err(format!("--tokens: id {bad} is outside the vocabulary of {} tokens", model.config().n_vocab).into());
     }
     // Checked before the prompt is echoed, so an oversized prompt is an error and nothing else.
-    if prompt_ids.len() > model.n_ctx() {
-        let c = model.config();
+    if prompt_ids.len() > session.n_ctx() {
         return Err(purebee_runtime::ModelError::ContextFull {
             tokens: prompt_ids.len(),
             pos: 0,
-            n_ctx: model.n_ctx(),
-            n_ctx_train: c.n_ctx_train,
+            n_ctx: session.n_ctx(),
+            n_ctx_train: session.n_ctx_train(),
         }
         .into());
     }
@@ -105,6 +104,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let g = generate(
         &mut model,
+        &mut session,
         &prompt_ids,
         &opts,
         |t| tokenizer.is_eog(t),
@@ -139,7 +139,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     // The text ends before the speed line on stderr, in a terminal too.
     out.flush()?;
     if g.stop == StopReason::ContextFull {
-        eprintln!("purebee-rs: stopped: the context of {} tokens is full (-c to enlarge it)", model.n_ctx());
+        eprintln!("purebee-rs: stopped: the context of {} tokens is full (-c to enlarge it)", session.n_ctx());
     }
     speed::report(model.engine().name(), &format!("{} tokens", prompt_ids.len()), prompt_ids.len(), &g);
     Ok(())

@@ -235,8 +235,9 @@ fn main() {
         let bytes = model(&tiny, shape, i as u64);
         // Each model seed reaches the end of the `model_load` target: the forward step.
         let f = GgufFile::from_bytes(*name, &bytes).expect("seed parses");
-        let mut m = Model::load(RefEngine::new(), &f, 4).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let logits = m.forward(&[0, 1], 0, LogitsRows::All).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut m = Model::load(RefEngine::new(), &f).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut s = m.new_session(4).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let logits = m.forward(&mut s, &[0, 1], 0, LogitsRows::All).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(logits.iter().all(|v| v.is_finite()), "{name}: logits not finite");
         Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("{name}: {e}"));
         write(&corpus.join("model_load"), &format!("{name}.gguf"), &bytes);

@@ -43,14 +43,15 @@ fuzz_target!(|data: &[u8]| {
             let _ = template.render(&messages, true);
         }
     }
-    let Ok(mut model) = Model::load(RefEngine::new(), &f, N_CTX) else { return };
+    let Ok(mut model) = Model::load(RefEngine::new(), &f) else { return };
+    let Ok(mut session) = model.new_session(N_CTX) else { return };
     let elements: usize = f.tensors().iter().map(|t| t.n_elements()).fold(0, usize::saturating_add);
     if elements > MODEL_ELEMENTS_LIMIT {
         return;
     }
     let Some(last) = model.config().n_vocab.checked_sub(1).and_then(|l| u32::try_from(l).ok()) else { return };
-    if let Ok(logits) = model.forward(&[0, last], 0, LogitsRows::All) {
+    if let Ok(logits) = model.forward(&mut session, &[0, last], 0, LogitsRows::All) {
         assert_eq!(logits.len(), 2 * model.config().n_vocab);
-        model.forward_greedy(&[last], 2).expect("a decode step after a prefill that ran");
+        model.forward_greedy(&mut session, &[last], 2).expect("a decode step after a prefill that ran");
     }
 });

@@ -79,6 +79,12 @@ pub enum ModelError {
     /// An empty request.
     #[error("no tokens to process")]
     NoTokens,
+    /// A session run on a model other than the one that opened it.
+    #[error("session '{session}' belongs to another model")]
+    ForeignSession {
+        /// The session's name.
+        session: String,
+    },
     /// A program could not be built (a bug in a model script, reported with its cause).
     #[error("building the model's program: {0}")]
     Isa(#[from] IsaError),

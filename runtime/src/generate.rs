@@ -1,6 +1,8 @@
-//! The generation loop: one batched prefill of the prompt, then one decode step per token,
-//! until an end-of-generation token, the token limit, the end of the context or a stop
-//! request ([`GenerateOptions::stop`]).
+//! Generation: [`Generator`] runs one generation in one session a step at a time (a prefill
+//! chunk, or one token), so a caller can interleave sessions and stop between any two
+//! steps; [`generate`] and [`generate_reusing_cache`] run it to the end: until an
+//! end-of-generation token, the token limit, the end of the context or a stop request
+//! ([`GenerateOptions::stop`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 use purebee_isa::Engine;
 
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::{LogitsRows, Model, ModelError};
+use crate::{LogitsRows, Model, ModelError, Session};
 
 /// What to generate.
 #[derive(Clone, Debug)]
@@ -50,6 +52,8 @@ pub struct Generation {
     pub generated: Vec<u32>,
     /// Why it stopped.
     pub stop: StopReason,
+    /// Prompt ids whose KV entries the session already held (not prefilled again).
+    pub reused_tokens: usize,
     /// Time of the prompt's prefill (which also yields the first token).
     pub prefill_time: Duration,
     /// Time of the decode steps (every token after the first).
@@ -72,65 +76,187 @@ impl Generation {
     }
 }
 
-/// Generates from `prompt` at position 0 of `model`'s context. `on_token` sees each id as
-/// it is produced (for streaming); `is_eog` says which ids end generation.
+/// How a [`Generator`] runs the prompt ids its session does not hold yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefill {
+    /// All in one batch (one step): the fastest.
+    Whole,
+    /// In chunks of at most this many ids (rounded down to a power of two), one per step,
+    /// each chunk's size a power of two: a caller can stop between chunks, and a session
+    /// records at most one program per power of two however varied its prompts are.
+    Chunks(usize),
+}
+
+/// One generation in one session, a step at a time. The prompt's ids that the session's
+/// KV cache already holds are reused (its longest common prefix with the prompt, leaving at
+/// least the last id to run: its logits give the first token).
+#[derive(Clone, Debug)]
+pub struct Generator {
+    sampler: Sampler,
+    prompt: Vec<u32>,
+    prefill: Prefill,
+    reused: usize,
+    /// Prompt ids in the KV cache so far.
+    prefilled: usize,
+    /// The last sampled token, not run yet, and the position it will be run at.
+    last: Option<(u32, usize)>,
+}
+
+impl Generator {
+    /// A generation after `prompt` in `session`, prefilled whole (see
+    /// [`Generator::prefill`]).
+    ///
+    /// Errors: an empty prompt ([`ModelError::NoTokens`]), one longer than the session's
+    /// context ([`ModelError::ContextFull`]), invalid sampler settings.
+    pub fn new(session: &Session, prompt: &[u32], sampler: SamplerConfig) -> Result<Generator, ModelError> {
+        let mut sampler = Sampler::new(sampler)?;
+        if prompt.is_empty() {
+            return Err(ModelError::NoTokens);
+        }
+        if prompt.len() > session.n_ctx() {
+            return Err(ModelError::ContextFull {
+                tokens: prompt.len(),
+                pos: 0,
+                n_ctx: session.n_ctx(),
+                n_ctx_train: session.n_ctx_train(),
+            });
+        }
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        let reused = session.common_prefix(prompt).min(prompt.len() - 1);
+        Ok(Generator {
+            sampler,
+            prompt: prompt.to_vec(),
+            prefill: Prefill::Whole,
+            reused,
+            prefilled: reused,
+            last: None,
+        })
+    }
+
+    /// How the prompt is prefilled.
+    pub fn prefill(mut self, prefill: Prefill) -> Generator {
+        self.prefill = prefill;
+        self
+    }
+
+    /// Prompt ids reused from the session's KV cache.
+    pub fn reused(&self) -> usize {
+        self.reused
+    }
+
+    /// The prompt.
+    pub fn prompt(&self) -> &[u32] {
+        &self.prompt
+    }
+
+    /// Whether the whole prompt is in the KV cache (tokens are being generated).
+    pub fn prompt_done(&self) -> bool {
+        self.last.is_some()
+    }
+
+    /// Whether the context has room to run the last sampled token, i.e. for another
+    /// [`Generator::step`] (false: stop, the context is full).
+    pub fn has_room(&self, session: &Session) -> bool {
+        self.last.is_none_or(|(_, pos)| pos < session.n_ctx())
+    }
+
+    /// One step: while prompt ids remain, prefills the next chunk (`Ok(None)`, except for
+    /// the last chunk, which yields the first token); after that runs the last sampled token
+    /// and returns the next one. Past the end of the context it is
+    /// [`ModelError::ContextFull`] (check [`Generator::has_room`] first).
+    pub fn step<E: Engine>(&mut self, model: &mut Model<E>, session: &mut Session) -> Result<Option<u32>, ModelError> {
+        let (ids, pos) = match self.last {
+            Some((token, pos)) => (vec![token], pos),
+            None => {
+                let remaining = self.prompt.len() - self.prefilled;
+                let n = match self.prefill {
+                    Prefill::Whole => remaining,
+                    Prefill::Chunks(max) => largest_power_of_two_at_most(remaining.min(max.max(1))),
+                };
+                let pos = self.prefilled;
+                let chunk = self.prompt[pos..pos + n].to_vec();
+                if n < remaining {
+                    // Only the KV entries matter; the 4-byte ARGMAX is the cheapest read.
+                    model.forward_greedy(session, &chunk, pos)?;
+                    self.prefilled += n;
+                    return Ok(None);
+                }
+                (chunk, pos)
+            }
+        };
+        let token = if self.sampler.config().is_plain_greedy() {
+            model.forward_greedy(session, &ids, pos)?
+        } else {
+            let logits = model.forward(session, &ids, pos, LogitsRows::Last)?;
+            self.sampler.sample(&logits)
+        };
+        self.prefilled = self.prompt.len();
+        self.sampler.accept(token);
+        self.last = Some((token, pos + ids.len()));
+        Ok(Some(token))
+    }
+}
+
+fn largest_power_of_two_at_most(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+/// Generates from `prompt` at position 0 of `session` (whatever it held is overwritten).
+/// `on_token` sees each id as it is produced (for streaming); `is_eog` says which ids end
+/// generation.
 pub fn generate<E: Engine>(
     model: &mut Model<E>,
+    session: &mut Session,
     prompt: &[u32],
     opts: &GenerateOptions,
     is_eog: impl Fn(u32) -> bool,
     on_token: impl FnMut(u32),
 ) -> Result<Generation, ModelError> {
-    generate_after_cached_prefix(model, prompt, 0, opts, is_eog, on_token)
+    session.clear();
+    generate_reusing_cache(model, session, prompt, opts, is_eog, on_token)
 }
 
-/// Generates after `context`, whose first `cached` ids are already in `model`'s KV cache at
-/// positions `0..cached` (an earlier turn of a conversation): only `context[cached..]` is
-/// prefilled, at position `cached`. The sampler's repeat history sees the whole `context`,
-/// so the result is the same as [`generate`] on `context` from an empty cache.
-///
-/// At least one id must be new (`cached < context.len()`): the last one's logits give the
-/// first generated token.
-pub fn generate_after_cached_prefix<E: Engine>(
+/// Generates after `context`, reusing what `session`'s KV cache already holds of it (an
+/// earlier turn of a conversation): only the ids after the common prefix are prefilled.
+/// The sampler's repeat history sees the whole `context`, so the result is the one
+/// [`generate`] gives on `context` from an empty cache (up to rounding: the reused positions
+/// were computed in other batches).
+pub fn generate_reusing_cache<E: Engine>(
     model: &mut Model<E>,
+    session: &mut Session,
     context: &[u32],
-    cached: usize,
     opts: &GenerateOptions,
     is_eog: impl Fn(u32) -> bool,
     mut on_token: impl FnMut(u32),
 ) -> Result<Generation, ModelError> {
-    let mut sampler = Sampler::new(opts.sampler.clone())?;
-    if cached >= context.len() {
-        return Err(ModelError::NoTokens);
-    }
-    if context.len() > model.n_ctx() {
-        return Err(ModelError::ContextFull {
-            tokens: context.len() - cached,
-            pos: cached,
-            n_ctx: model.n_ctx(),
-            n_ctx_train: model.config().n_ctx_train,
-        });
-    }
-    for &t in context {
-        sampler.accept(t);
-    }
+    let mut generator = Generator::new(session, context, opts.sampler.clone())?;
+    let reused_tokens = generator.reused();
     let mut generated = Vec::new();
     if opts.max_new_tokens == 0 {
         return Ok(Generation {
             generated,
             stop: StopReason::MaxTokens,
+            reused_tokens,
             prefill_time: Duration::ZERO,
             decode_time: Duration::ZERO,
         });
     }
     let start = Instant::now();
-    let mut token = next(model, &mut sampler, &context[cached..], cached)?;
+    let mut token = loop {
+        if let Some(t) = generator.step(model, session)? {
+            break t;
+        }
+    };
     let prefill_time = start.elapsed();
     let start = Instant::now();
-    let mut pos = context.len();
     let stop = loop {
         generated.push(token);
-        sampler.accept(token);
         on_token(token);
         if is_eog(token) && !opts.ignore_eos {
             break StopReason::EndOfGeneration;
@@ -138,25 +264,24 @@ pub fn generate_after_cached_prefix<E: Engine>(
         if generated.len() >= opts.max_new_tokens {
             break StopReason::MaxTokens;
         }
-        if pos >= model.n_ctx() {
+        if !generator.has_room(session) {
             break StopReason::ContextFull;
         }
         if opts.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
             break StopReason::Interrupted;
         }
-        token = next(model, &mut sampler, &[token], pos)?;
-        pos += 1;
+        token = generator.step(model, session)?.ok_or(ModelError::NoTokens)?;
     };
-    Ok(Generation { generated, stop, prefill_time, decode_time: start.elapsed() })
+    Ok(Generation { generated, stop, reused_tokens, prefill_time, decode_time: start.elapsed() })
 }
 
-/// Runs `tokens` at `pos` and picks the next token: on the engine (4 bytes read back) for
-/// plain greedy decoding, from the full logits otherwise.
-fn next<E: Engine>(model: &mut Model<E>, sampler: &mut Sampler, tokens: &[u32], pos: usize) -> Result<u32, ModelError> {
-    if sampler.config().is_plain_greedy() {
-        model.forward_greedy(tokens, pos)
-    } else {
-        let logits = model.forward(tokens, pos, LogitsRows::Last)?;
-        Ok(sampler.sample(&logits))
+#[cfg(test)]
+mod tests {
+    use super::largest_power_of_two_at_most;
+
+    #[test]
+    fn chunks_are_powers_of_two() {
+        let got: Vec<usize> = [0, 1, 2, 3, 5, 8, 255, 256, 257].map(largest_power_of_two_at_most).to_vec();
+        assert_eq!(got, vec![0, 1, 2, 2, 4, 8, 128, 256, 256]);
     }
 }

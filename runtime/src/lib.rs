@@ -23,5 +23,5 @@ mod weights;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
-pub use generate::{generate, generate_after_cached_prefix, GenerateOptions, Generation, StopReason};
-pub use model::{KvCache, Model, QuantizedActivations};
+pub use generate::{generate, generate_reusing_cache, GenerateOptions, Generation, Generator, Prefill, StopReason};
+pub use model::{KvCache, Model, QuantizedActivations, Session};

@@ -1,6 +1,8 @@
-//! A loaded model on an engine: its weights, KV cache and forward programs.
+//! A model loaded on an engine (its weights, once) and the sessions that run it (each its
+//! own KV cache and forward programs).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use purebee_isa::{DType, Engine, ParamValue, Program, ProgramBuilder, TensorId};
 use purebee_memory::gguf::{FileWatch, GgufFile};
@@ -47,25 +49,71 @@ pub enum QuantizedActivations {
     F32,
 }
 
-/// A model loaded on an engine. Programs are built once per batch size and kept; the
-/// single-token decode program stays allocated, larger (prefill) ones are freed after use.
+/// Tells the models of one process apart, so a session is never run on another's engine.
+static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A model's weights loaded once on an engine. Running it needs a [`Session`]
+/// ([`Model::new_session`]); several sessions share the weights, each with its own KV
+/// cache, so one engine serves several conversations.
 pub struct Model<E: Engine> {
     engine: E,
     config: ModelConfig,
     weights: Weights,
-    kv: KvCache,
-    n_ctx: usize,
     activations: QuantizedActivations,
-    forwards: HashMap<(usize, LogitsRows), Forward>,
     /// The file the weights are mapped from, checked before every pass.
     source: FileWatch,
+    id: u64,
+    /// Sessions opened so far: names each session's tensors uniquely in the registry.
+    sessions_opened: u64,
+}
+
+/// One sequence's state on a [`Model`]: its KV cache, the ids the cache holds, and the
+/// forward programs recorded against it (one per batch size met; the single-token decode
+/// program stays allocated, larger (prefill) ones are freed after use).
+pub struct Session {
+    model_id: u64,
+    /// The prefix of this session's tensor names.
+    name: String,
+    kv: KvCache,
+    n_ctx: usize,
+    /// The model's training context (for messages).
+    n_ctx_train: usize,
+    forwards: HashMap<(usize, LogitsRows), Forward>,
+    /// The ids at KV positions `0..ids.len()`.
+    ids: Vec<u32>,
+}
+
+impl Session {
+    /// The KV cache's size in positions.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// The model's training context, the most a session may be given.
+    pub fn n_ctx_train(&self) -> usize {
+        self.n_ctx_train
+    }
+
+    /// The ids whose keys and values the KV cache holds, at positions `0..len`.
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// How many leading ids of `prompt` the KV cache already holds.
+    pub fn common_prefix(&self, prompt: &[u32]) -> usize {
+        prompt.iter().zip(&self.ids).take_while(|(a, b)| a == b).count()
+    }
+
+    /// Forgets what the KV cache holds: the next pass may start at position 0 only.
+    pub fn clear(&mut self) {
+        self.ids.clear();
+    }
 }
 
 impl<E: Engine> Model<E> {
-    /// Loads the model of `file` onto `engine` (zero-copy where the engine allows) with a KV
-    /// cache of `n_ctx` positions (0: the model's training context).
-    pub fn load(engine: E, file: &GgufFile, n_ctx: usize) -> Result<Model<E>, ModelError> {
-        Model::load_with(engine, file, n_ctx, QuantizedActivations::default())
+    /// Loads the weights of `file` onto `engine` (zero-copy where the engine allows).
+    pub fn load(engine: E, file: &GgufFile) -> Result<Model<E>, ModelError> {
+        Model::load_with(engine, file, QuantizedActivations::default())
     }
 
     /// [`Model::load`], with the activations of block-quantized weights as `activations`
@@ -73,30 +121,19 @@ impl<E: Engine> Model<E> {
     pub fn load_with(
         mut engine: E,
         file: &GgufFile,
-        n_ctx: usize,
         activations: QuantizedActivations,
     ) -> Result<Model<E>, ModelError> {
         let config = ModelConfig::from_gguf(file)?;
-        let n_ctx = if n_ctx == 0 { config.n_ctx_train } else { n_ctx };
         file.load_into(engine.memory_mut())?;
         let weights = Weights::bind(file, &config, engine.memory())?;
-        let mut b = ProgramBuilder::new("kv-cache", engine.memory_mut());
-        let (mut k, mut v) = (Vec::new(), Vec::new());
-        for l in 0..config.n_layer {
-            k.push(b.alloc(&format!("cache.{l}.k"), DType::F32, &[n_ctx, config.kv_width()])?);
-            v.push(b.alloc(&format!("cache.{l}.v"), DType::F32, &[n_ctx, config.kv_width()])?);
-        }
-        let alloc = b.finish();
-        engine.execute(&alloc, &[])?;
         Ok(Model {
             engine,
             config,
             weights,
-            kv: KvCache { k, v },
-            n_ctx,
             activations,
-            forwards: HashMap::new(),
             source: file.watch(),
+            id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
+            sessions_opened: 0,
         })
     }
 
@@ -105,32 +142,83 @@ impl<E: Engine> Model<E> {
         &self.config
     }
 
-    /// The KV cache's size in positions.
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-
     /// The engine.
     pub fn engine(&self) -> &E {
         &self.engine
     }
 
-    /// Runs `tokens` at positions `pos..` and returns the logits of every position
-    /// (`rows = All`, `[n, vocab]` row-major) or of the last one (`[vocab]`).
-    pub fn forward(&mut self, tokens: &[u32], pos: usize, rows: LogitsRows) -> Result<Vec<f32>, ModelError> {
-        let (key, io) = self.run(tokens, pos, rows)?;
+    /// A new session with a KV cache of `n_ctx` positions (0: the model's training
+    /// context), allocated on the engine now.
+    pub fn new_session(&mut self, n_ctx: usize) -> Result<Session, ModelError> {
+        let n_ctx = if n_ctx == 0 { self.config.n_ctx_train } else { n_ctx };
+        let name = format!("s{}", self.sessions_opened);
+        self.sessions_opened += 1;
+        let mut b = ProgramBuilder::new(&format!("{name}.kv-cache"), self.engine.memory_mut());
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        for l in 0..self.config.n_layer {
+            let dims = [n_ctx, self.config.kv_width()];
+            k.push(b.alloc(&format!("{name}.cache.{l}.k"), DType::F32, &dims)?);
+            v.push(b.alloc(&format!("{name}.cache.{l}.v"), DType::F32, &dims)?);
+        }
+        let alloc = b.finish();
+        self.engine.execute(&alloc, &[])?;
+        Ok(Session {
+            model_id: self.id,
+            name,
+            kv: KvCache { k, v },
+            n_ctx,
+            n_ctx_train: self.config.n_ctx_train,
+            forwards: HashMap::new(),
+            ids: Vec::new(),
+        })
+    }
+
+    /// Frees a session's KV cache and the tensors of its programs on the engine.
+    pub fn free_session(&mut self, session: Session) -> Result<(), ModelError> {
+        self.check_owner(&session)?;
+        let mut b = ProgramBuilder::new(&format!("{}.free", session.name), self.engine.memory_mut());
+        for f in session.forwards.values().filter(|f| f.live) {
+            for &t in &f.io.tensors {
+                b.free(t)?;
+            }
+        }
+        for &t in session.kv.k.iter().chain(&session.kv.v) {
+            b.free(t)?;
+        }
+        let free = b.finish();
+        self.engine.execute(&free, &[])?;
+        Ok(())
+    }
+
+    /// Runs `tokens` at positions `pos..` of `session` and returns the logits of every
+    /// position (`rows = All`, `[n, vocab]` row-major) or of the last one (`[vocab]`).
+    pub fn forward(
+        &mut self,
+        session: &mut Session,
+        tokens: &[u32],
+        pos: usize,
+        rows: LogitsRows,
+    ) -> Result<Vec<f32>, ModelError> {
+        let (key, io) = self.run(session, tokens, pos, rows)?;
         let values = self.engine.read_f32(io.logits)?;
-        self.release_prefill(key)?;
+        self.release_prefill(session, key)?;
         Ok(values)
     }
 
-    /// Runs `tokens` at positions `pos..` and returns the greedy next token after the last
-    /// one, reading back only the 4 bytes of ARGMAX.
-    pub fn forward_greedy(&mut self, tokens: &[u32], pos: usize) -> Result<u32, ModelError> {
-        let (key, io) = self.run(tokens, pos, LogitsRows::Last)?;
+    /// Runs `tokens` at positions `pos..` of `session` and returns the greedy next token
+    /// after the last one, reading back only the 4 bytes of ARGMAX.
+    pub fn forward_greedy(&mut self, session: &mut Session, tokens: &[u32], pos: usize) -> Result<u32, ModelError> {
+        let (key, io) = self.run(session, tokens, pos, LogitsRows::Last)?;
         let id = self.engine.read_u32(io.argmax)?.first().copied().unwrap_or(0);
-        self.release_prefill(key)?;
+        self.release_prefill(session, key)?;
         Ok(id)
+    }
+
+    fn check_owner(&self, session: &Session) -> Result<(), ModelError> {
+        if session.model_id != self.id {
+            return Err(ModelError::ForeignSession { session: session.name.clone() });
+        }
+        Ok(())
     }
 
     /// Checks the request and that the model file is unchanged since it was opened, builds
@@ -139,47 +227,56 @@ impl<E: Engine> Model<E> {
     /// The weights are views of the file's memory map: had the file been truncated since, the
     /// pass would die of SIGBUS, so a changed file is an error naming it instead
     /// (`ModelError::Gguf(GgufError::ChangedSinceOpen)`). A truncation during the pass itself
-    /// cannot be caught in safe code.
+    /// is caught by `memory`'s SIGBUS guard.
     fn run(
         &mut self,
+        session: &mut Session,
         tokens: &[u32],
         pos: usize,
         rows: LogitsRows,
     ) -> Result<((usize, LogitsRows), Outputs), ModelError> {
+        self.check_owner(session)?;
         if tokens.is_empty() {
             return Err(ModelError::NoTokens);
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.config.n_vocab) {
             return Err(ModelError::TokenOutOfRange { id, vocab: self.config.n_vocab });
         }
-        if pos + tokens.len() > self.n_ctx {
+        if pos + tokens.len() > session.n_ctx {
             return Err(ModelError::ContextFull {
                 tokens: tokens.len(),
                 pos,
-                n_ctx: self.n_ctx,
-                n_ctx_train: self.config.n_ctx_train,
+                n_ctx: session.n_ctx,
+                n_ctx_train: session.n_ctx_train,
             });
         }
         self.source.check()?;
         let key = (tokens.len(), rows);
-        let f = match self.forwards.remove(&key) {
+        let f = match session.forwards.remove(&key) {
             Some(f) => f,
-            None => self.build_forward(tokens.len(), rows)?,
+            None => self.build_forward(session, tokens.len(), rows)?,
         };
-        let f = self.forwards.entry(key).or_insert(f);
+        let f = session.forwards.entry(key).or_insert(f);
         if !f.live {
             self.engine.execute(&f.setup, &[])?;
             f.live = true;
         }
         self.engine.write_u32(f.io.ids, tokens)?;
+        // Positions from `pos` on are overwritten; until the pass succeeds they hold nothing
+        // known.
+        session.ids.truncate(pos.min(session.ids.len()));
+        let held = session.ids.len();
         self.engine.execute(&f.pass, &[ParamValue::U32(pos as u32)])?;
+        if held == pos {
+            session.ids.extend_from_slice(tokens);
+        }
         Ok((key, Outputs { logits: f.io.logits, argmax: f.io.argmax }))
     }
 
     /// Frees a multi-token forward's tensors after use; the decode forward stays.
-    fn release_prefill(&mut self, key: (usize, LogitsRows)) -> Result<(), ModelError> {
+    fn release_prefill(&mut self, session: &mut Session, key: (usize, LogitsRows)) -> Result<(), ModelError> {
         if key.0 > 1 {
-            if let Some(f) = self.forwards.get_mut(&key) {
+            if let Some(f) = session.forwards.get_mut(&key) {
                 self.engine.execute(&f.teardown, &[])?;
                 f.live = false;
             }
@@ -187,16 +284,16 @@ impl<E: Engine> Model<E> {
         Ok(())
     }
 
-    fn build_forward(&mut self, n: usize, rows: LogitsRows) -> Result<Forward, ModelError> {
+    fn build_forward(&mut self, session: &Session, n: usize, rows: LogitsRows) -> Result<Forward, ModelError> {
         let prefix = match rows {
-            LogitsRows::All => format!("fwd{n}.all"),
-            LogitsRows::Last => format!("fwd{n}.last"),
+            LogitsRows::All => format!("{}.fwd{n}.all", session.name),
+            LogitsRows::Last => format!("{}.fwd{n}.last", session.name),
         };
         let reg = self.engine.memory_mut();
         let mut b = ProgramBuilder::new(&prefix, reg);
         let pos = b.param_u32("pos")?;
         let io =
-            record_forward(&mut b, &self.config, &self.weights, &self.kv, n, rows, &prefix, pos, self.activations)?;
+            record_forward(&mut b, &self.config, &self.weights, &session.kv, n, rows, &prefix, pos, self.activations)?;
         let pass = b.finish();
 
         let mut b = ProgramBuilder::new(&format!("{prefix}.setup"), self.engine.memory_mut());

@@ -1,9 +1,9 @@
 //! Choosing the next token from logits: greedy, or temperature sampling with top-k, top-p,
 //! min-p and a repeat penalty, reproducible from a seed.
 //!
-//! The chain follows llama.cpp's default order: repeat penalty → top-k → top-p → min-p →
-//! temperature → draw. Greedy (temperature 0) applies the repeat penalty, then takes the
-//! lowest id among the largest logits.
+//! The chain follows llama.cpp's default order: penalties (repeat, frequency, presence) →
+//! top-k → top-p → min-p → temperature → draw. Greedy (temperature 0) applies the
+//! penalties, then takes the lowest id among the largest logits.
 
 use std::collections::VecDeque;
 
@@ -20,7 +20,13 @@ pub struct SamplerConfig {
     pub min_p: f32,
     /// Divide positive (multiply negative) logits of recently seen tokens by this; 1 is off.
     pub repeat_penalty: f32,
-    /// How many of the most recent tokens the repeat penalty looks at.
+    /// Subtract this × its count in the window from each recent token's logit (OpenAI's
+    /// and llama.cpp's `frequency_penalty`); 0 is off.
+    pub frequency_penalty: f32,
+    /// Subtract this from the logit of each token in the window once (OpenAI's and
+    /// llama.cpp's `presence_penalty`); 0 is off.
+    pub presence_penalty: f32,
+    /// How many of the most recent tokens the penalties look at.
     pub repeat_last_n: usize,
     /// The seed of the draw: the same seed and logits give the same tokens.
     pub seed: u64,
@@ -34,6 +40,8 @@ impl Default for SamplerConfig {
             top_p: 0.95,
             min_p: 0.05,
             repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             repeat_last_n: 64,
             seed: 0,
         }
@@ -71,6 +79,12 @@ impl SamplerConfig {
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
             return bad("repeat-penalty", self.repeat_penalty.to_string(), "must be a finite number > 0 (1 is off)");
         }
+        if !(self.frequency_penalty.is_finite() && (-2.0..=2.0).contains(&self.frequency_penalty)) {
+            return bad("frequency-penalty", self.frequency_penalty.to_string(), "must be in [-2, 2] (0 is off)");
+        }
+        if !(self.presence_penalty.is_finite() && (-2.0..=2.0).contains(&self.presence_penalty)) {
+            return bad("presence-penalty", self.presence_penalty.to_string(), "must be in [-2, 2] (0 is off)");
+        }
         if self.temperature > 0.0 && self.top_k == 0 {
             return bad("top-k", "0".to_string(), "must be >= 1 when sampling (use --temp 0 for greedy)");
         }
@@ -79,7 +93,11 @@ impl SamplerConfig {
 
     /// True when the sampler only needs the argmax (no penalty, temperature 0).
     pub fn is_plain_greedy(&self) -> bool {
-        self.temperature == 0.0 && self.repeat_penalty == 1.0
+        self.temperature == 0.0 && !self.has_penalties()
+    }
+
+    fn has_penalties(&self) -> bool {
+        self.repeat_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
 }
 
@@ -104,7 +122,7 @@ impl Sampler {
         &self.config
     }
 
-    /// Records a token (prompt or generated) for the repeat penalty.
+    /// Records a token (prompt or generated) for the penalties.
     pub fn accept(&mut self, token: u32) {
         if self.config.repeat_last_n == 0 {
             return;
@@ -118,7 +136,7 @@ impl Sampler {
     /// Picks the next token from one row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let mut logits = logits.to_vec();
-        self.apply_repeat_penalty(&mut logits);
+        self.apply_penalties(&mut logits);
         if self.config.temperature == 0.0 {
             return greedy(&logits);
         }
@@ -157,18 +175,21 @@ impl Sampler {
         cand[cand.len() - 1].0
     }
 
-    fn apply_repeat_penalty(&self, logits: &mut [f32]) {
-        let penalty = self.config.repeat_penalty;
-        if penalty == 1.0 {
+    /// llama.cpp's penalties over the recent window: per distinct token, the repeat penalty
+    /// scales its logit, then `count × frequency + presence` is subtracted.
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let c = &self.config;
+        if !c.has_penalties() {
             return;
         }
         let mut seen: Vec<u32> = self.recent.iter().copied().collect();
         seen.sort_unstable();
-        seen.dedup();
-        for t in seen {
-            if let Some(l) = logits.get_mut(t as usize) {
-                *l = if *l > 0.0 { *l / penalty } else { *l * penalty };
+        for run in seen.chunk_by(|a, b| a == b) {
+            let Some(l) = logits.get_mut(run[0] as usize) else { continue };
+            if c.repeat_penalty != 1.0 {
+                *l = if *l > 0.0 { *l / c.repeat_penalty } else { *l * c.repeat_penalty };
             }
+            *l -= run.len() as f32 * c.frequency_penalty + c.presence_penalty;
         }
     }
 }
@@ -246,6 +267,8 @@ mod tests {
         assert_eq!(bad(|c| c.min_p = -1.0), "min-p");
         assert_eq!(bad(|c| c.repeat_penalty = 0.0), "repeat-penalty");
         assert_eq!(bad(|c| c.top_k = 0), "top-k");
+        assert_eq!(bad(|c| c.frequency_penalty = f32::NAN), "frequency-penalty");
+        assert_eq!(bad(|c| c.presence_penalty = 2.5), "presence-penalty");
         assert_eq!(
             bad(|c| {
                 c.top_k = 0;
@@ -305,8 +328,25 @@ mod tests {
         // 3.0 / 2 = 1.5 < 2.0, so id 1 wins once id 0 is penalised.
         assert_eq!(s.sample(&[3.0, 2.0]), 1);
         let mut logits = vec![-1.0, 1.0];
-        s.apply_repeat_penalty(&mut logits);
+        s.apply_penalties(&mut logits);
         assert_eq!(logits, vec![-2.0, 1.0]);
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_subtract_per_count_and_once() {
+        let mut s = sampler(|c| {
+            c.temperature = 0.0;
+            c.frequency_penalty = 0.5;
+            c.presence_penalty = 0.25;
+        });
+        assert!(!s.config().is_plain_greedy());
+        for t in [0, 0, 0, 2] {
+            s.accept(t);
+        }
+        let mut logits = vec![1.0, 1.0, 1.0];
+        s.apply_penalties(&mut logits);
+        assert_eq!(logits, vec![1.0 - 1.5 - 0.25, 1.0, 1.0 - 0.5 - 0.25]);
+        assert_eq!(s.sample(&[1.0, 0.9, 1.0]), 1);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::{LogitsRows, Model};
+use purebee_runtime::{LogitsRows, Model, Session};
 
 use crate::{golden, read_npy, tiny, Npy};
 
@@ -41,24 +41,32 @@ fn sequence(c: &Case) -> Vec<u32> {
     c.prompt.iter().chain(&c.llamacpp_ids[..c.llamacpp_ids.len() - 1]).copied().collect()
 }
 
-fn load<E: Engine>(model: &str, engine: E) -> Model<E> {
+/// A tiny model on an engine with one session of 256 positions.
+pub struct Loaded<E: Engine> {
+    model: Model<E>,
+    session: Session,
+}
+
+fn load<E: Engine>(model: &str, engine: E) -> Loaded<E> {
     let file = GgufFile::open(tiny(&format!("{model}.gguf"))).expect("fixture opens");
-    Model::load(engine, &file, 256).expect("model loads")
+    let mut model = Model::load(engine, &file).expect("model loads");
+    let session = model.new_session(256).expect("session allocates");
+    Loaded { model, session }
 }
 
 /// Logits of the teacher-forced sequence, in prefill mode: `[n, vocab]`.
-pub fn prefill<E: Engine>(model: &mut Model<E>, seq: &[u32]) -> Npy {
-    let data = model.forward(seq, 0, LogitsRows::All).expect("prefill runs");
-    Npy { rows: seq.len(), cols: model.config().n_vocab, data }
+pub fn prefill<E: Engine>(m: &mut Loaded<E>, seq: &[u32]) -> Npy {
+    let data = m.model.forward(&mut m.session, seq, 0, LogitsRows::All).expect("prefill runs");
+    Npy { rows: seq.len(), cols: m.model.config().n_vocab, data }
 }
 
 /// The same, feeding one token at a time through the KV cache.
-pub fn decode<E: Engine>(model: &mut Model<E>, seq: &[u32]) -> Npy {
+pub fn decode<E: Engine>(m: &mut Loaded<E>, seq: &[u32]) -> Npy {
     let mut data = Vec::new();
     for (p, &t) in seq.iter().enumerate() {
-        data.extend(model.forward(&[t], p, LogitsRows::Last).expect("decode step runs"));
+        data.extend(m.model.forward(&mut m.session, &[t], p, LogitsRows::Last).expect("decode step runs"));
     }
-    Npy { rows: seq.len(), cols: model.config().n_vocab, data }
+    Npy { rows: seq.len(), cols: m.model.config().n_vocab, data }
 }
 
 /// The golden rows lined up with our sequence rows: prompt rows, then steps 1.. (step 0 is

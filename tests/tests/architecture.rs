@@ -30,9 +30,11 @@ fn layer(krate: &str) -> usize {
         "isa" => 1,
         "runtime" => 2,
         k if k.starts_with("engine-") => 2,
-        "hub" => 2, // downloads and the model store: below the front ends, beside the engines
-        "tests" => 4,
-        _ => 3, // cli and the other front ends
+        "hub" => 2,    // downloads and the model store: below the front ends, beside the engines
+        "loader" => 3, // engine choice and model loading: above the engines and the runtime
+        "server" => 4, // the HTTP front end, which the cli starts
+        "tests" => 6,
+        _ => 5, // cli and the other front ends
     }
 }
 

@@ -8,7 +8,7 @@ use purebee_memory::gguf::{GgufFile, GgufWriter};
 use purebee_runtime::chat::{tokenize_prompt, ChatError, ChatMessage, ChatTemplate, Conversation, CHAT_TEMPLATE_KEY};
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::tokenizer::Tokenizer;
-use purebee_runtime::{generate, GenerateOptions, Model, StopReason};
+use purebee_runtime::{generate, GenerateOptions, Model, Session, StopReason};
 use purebee_tests::{fixtures_dir, smollm2_gguf, tiny};
 
 const TINY: &str = "tiny_b158_f32.gguf";
@@ -42,8 +42,14 @@ fn greedy(max_new_tokens: usize) -> GenerateOptions {
 
 fn tiny_conversation(n_ctx: usize) -> Conversation<RefEngine> {
     let (file, tokenizer, template) = open(&tiny(TINY));
-    let model = Model::load(RefEngine::new(), &file, n_ctx).expect("model loads");
-    Conversation::new(model, tokenizer, template, None)
+    let (model, session) = model_and_session(&file, n_ctx);
+    Conversation::new(model, session, tokenizer, template, None)
+}
+
+fn model_and_session(file: &GgufFile, n_ctx: usize) -> (Model<RefEngine>, Session) {
+    let mut model = Model::load(RefEngine::new(), file).expect("model loads");
+    let session = model.new_session(n_ctx).expect("session allocates");
+    (model, session)
 }
 
 #[test]
@@ -110,8 +116,8 @@ fn later_turns_reuse_the_kv_cache_and_equal_a_fresh_prefill_of_the_whole_convers
     let prompt = tokenize_prompt(&tokenizer, &template.render(&messages[..3], true).expect("renders"));
     assert_eq!(prompt.len(), second.prompt_tokens);
     assert_eq!(&conv.cached_ids()[..prompt.len()], &prompt[..], "the cache holds the second prompt");
-    let mut fresh = Model::load(RefEngine::new(), &file, 256).expect("model loads");
-    let want = generate(&mut fresh, &prompt, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
+    let (mut fresh, mut session) = model_and_session(&file, 256);
+    let want = generate(&mut fresh, &mut session, &prompt, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
     assert_eq!(second.generation.generated, want.generated);
     assert_eq!(second.generation.stop, want.stop);
 
@@ -143,8 +149,8 @@ fn a_new_system_message_keeps_the_conversation_and_is_in_the_next_prompt() {
     let (file, tokenizer, template) = open(&tiny(TINY));
     let prompt = tokenize_prompt(&tokenizer, &template.render(&conv.messages()[..4], true).expect("renders"));
     assert_eq!(&conv.cached_ids()[..prompt.len()], &prompt[..], "the cache holds the prompt under the new system");
-    let mut fresh = Model::load(RefEngine::new(), &file, 256).expect("model loads");
-    let want = generate(&mut fresh, &prompt, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
+    let (mut fresh, mut session) = model_and_session(&file, 256);
+    let want = generate(&mut fresh, &mut session, &prompt, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
     assert_eq!(second.generation.generated, want.generated);
     // No system message again: the next prompt has none (the template's default, here).
     conv.set_system(None);
@@ -216,8 +222,8 @@ fn a_missing_or_broken_template_is_a_typed_error_naming_the_key() {
     }
     // The error of a conversation's turn is the same typed error, and the turn is undone.
     let file = GgufFile::open(tiny(TINY)).expect("opens");
-    let model = Model::load(RefEngine::new(), &file, 64).expect("model loads");
-    let mut conv = Conversation::new(model, tokenizer, template, Some("sys".into()));
+    let (model, session) = model_and_session(&file, 64);
+    let mut conv = Conversation::new(model, session, tokenizer, template, Some("sys".into()));
     assert!(matches!(conv.reply("x", &greedy(2), |_| {}), Err(ChatError::Render { .. })));
     assert_eq!(conv.messages(), &[ChatMessage::new("system", "sys")]);
 }

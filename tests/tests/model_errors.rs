@@ -60,7 +60,9 @@ fn keep_tensor(_: &str, d: DType, ne: Vec<u64>, b: Vec<u8>) -> Option<(DType, Ve
 
 #[allow(clippy::result_large_err)] // returns the library's own error type, to match on it
 fn load(f: &GgufFile) -> Result<Model<RefEngine>, ModelError> {
-    Model::load(RefEngine::new(), f, 64)
+    let mut model = Model::load(RefEngine::new(), f)?;
+    model.new_session(64)?;
+    Ok(model)
 }
 
 fn set(key: &'static str, value: MetaValue) -> impl Fn(&str, &MetaValue) -> Option<MetaValue> {
@@ -294,11 +296,12 @@ impl Drop for TempCopy {
 fn changed_after_open(tag: &str, what: &str, change: impl Fn(&std::path::Path)) {
     let copy = TempCopy::new(tag);
     let file = GgufFile::open(&copy.0).expect("opens");
-    let mut model = Model::load(RefEngine::new(), &file, 16).expect("loads");
-    model.forward(&[0, 1, 2], 0, LogitsRows::Last).expect("the first pass runs");
+    let mut model = Model::load(RefEngine::new(), &file).expect("loads");
+    let mut session = model.new_session(16).expect("session allocates");
+    model.forward(&mut session, &[0, 1, 2], 0, LogitsRows::Last).expect("the first pass runs");
     assert!(file.check_unchanged().is_ok());
     change(&copy.0);
-    match model.forward(&[3], 3, LogitsRows::Last) {
+    match model.forward(&mut session, &[3], 3, LogitsRows::Last) {
         Err(ModelError::Gguf(e @ GgufError::ChangedSinceOpen { .. })) => {
             let m = e.to_string();
             assert!(m.starts_with(&format!("{}: the file changed after it was opened", copy.0.display())), "{m}");
@@ -342,12 +345,13 @@ fn a_model_file_rewritten_in_place_after_it_was_opened_is_an_error_naming_it() {
 
     let copy = TempCopy::new("renamed");
     let file = GgufFile::open(&copy.0).expect("opens");
-    let mut model = Model::load(RefEngine::new(), &file, 16).expect("loads");
-    let before = model.forward(&[0, 1, 2], 0, LogitsRows::Last).expect("the first pass runs");
+    let mut model = Model::load(RefEngine::new(), &file).expect("loads");
+    let mut session = model.new_session(16).expect("session allocates");
+    let before = model.forward(&mut session, &[0, 1, 2], 0, LogitsRows::Last).expect("the first pass runs");
     let other = copy.0.with_file_name("other.gguf");
     std::fs::copy(tiny("tiny_b158_tq2_0.gguf"), &other).expect("copy");
     std::fs::rename(&other, &copy.0).expect("rename over the open file");
     assert!(file.check_unchanged().is_ok());
-    let again = model.forward(&[0, 1, 2], 0, LogitsRows::Last).expect("the old file still runs");
+    let again = model.forward(&mut session, &[0, 1, 2], 0, LogitsRows::Last).expect("the old file still runs");
     assert_eq!(before, again);
 }

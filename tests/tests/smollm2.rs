@@ -116,7 +116,8 @@ fn argmax_and_margin(row: &[f32]) -> (usize, f32) {
 fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivations) -> Vec<Vec<f32>> {
     let file = GgufFile::open(path).expect("SmolLM2 opens");
     let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
-    let mut model = Model::load_with(engine, &file, 256, acts).expect("model loads");
+    let mut model = Model::load_with(engine, &file, acts).expect("model loads");
+    let mut session = model.new_session(256).expect("session allocates");
     let name = format!("{} ({acts:?} activations)", model.engine().name());
     let vocab = model.config().n_vocab;
     let mut all = Vec::new();
@@ -125,7 +126,7 @@ fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivation
         assert_eq!(tokenizer.encode(&c.prompt, true, true), c.prompt_ids, "{name} {cn}: prompt ids");
 
         let seq = teacher_forced_ids(&c);
-        let ours = model.forward(&seq, 0, LogitsRows::All).expect("prefill");
+        let ours = model.forward(&mut session, &seq, 0, LogitsRows::All).expect("prefill");
         let (mut max, mut sum) = (0f32, 0f64);
         for (r, want) in llama_cpp_rows(&c).iter().enumerate() {
             let got = &ours[r * vocab..(r + 1) * vocab];
@@ -155,7 +156,8 @@ fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivation
             sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
             stop: None,
         };
-        let g = generate(&mut model, &c.prompt_ids, &opts, |t| tokenizer.is_eog(t), |_| {}).expect("generates");
+        let g = generate(&mut model, &mut session, &c.prompt_ids, &opts, |t| tokenizer.is_eog(t), |_| {})
+            .expect("generates");
         let want = &c.generated[..c.first_eog_step.map_or(c.greedy_steps, |e| e + 1).min(c.greedy_steps)];
         assert_eq!(g.generated, want, "{name} {cn}: greedy ids");
         if let Some(eog) = c.first_eog_step {

@@ -17,7 +17,7 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use purebee_isa::Engine;
+use purebee_loader::DynEngine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::chat::{ChatError, Conversation};
 use purebee_runtime::{GenerateOptions, StopReason};
@@ -28,7 +28,7 @@ use input::{Input, LineReader};
 use interrupt::Interrupt;
 
 /// The conversation of `chat`, on the engine the flags chose.
-pub type Chat = Conversation<Box<dyn Engine>>;
+pub type Chat = Conversation<DynEngine>;
 
 /// From this share of the context on, each answer is followed by a warning.
 const FULL_WARNING: f64 = 0.8;
@@ -121,7 +121,7 @@ pub fn run(setup: Setup<'_>, mut chat: Chat, out: &mut dyn Write) -> Result<(), 
         if let Some(e) = write_error {
             return Err(e.into());
         }
-        let n_ctx = chat.model().n_ctx();
+        let n_ctx = chat.session().n_ctx();
         let reply = match reply {
             Ok(reply) => reply,
             Err(e @ ChatError::ContextFull { .. }) => {
@@ -190,13 +190,13 @@ fn show(
                 c.n_layer, c.n_embd, c.n_head, c.n_kv_head
             )?;
             writeln!(out, "engine:        {}", model.engine().name())?;
-            writeln!(out, "context:       {} tokens (trained with {})", model.n_ctx(), c.n_ctx_train)?;
+            writeln!(out, "context:       {} tokens (trained with {})", chat.session().n_ctx(), c.n_ctx_train)?;
             writeln!(
                 out,
                 "conversation:  {} messages, {}/{} tokens in the context",
                 chat.messages().len(),
                 chat.cached_ids().len(),
-                model.n_ctx()
+                chat.session().n_ctx()
             )?;
         }
         Show::Template => match file.get("tokenizer.chat_template").and_then(|v| v.as_str()) {

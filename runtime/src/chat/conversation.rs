@@ -3,7 +3,7 @@
 use purebee_isa::Engine;
 
 use crate::tokenizer::Tokenizer;
-use crate::{generate_after_cached_prefix, GenerateOptions, Generation, Model};
+use crate::{generate_reusing_cache, GenerateOptions, Generation, Model, Session};
 
 use super::{tokenize_prompt, ChatError, ChatMessage, ChatTemplate};
 
@@ -27,7 +27,8 @@ impl Reply {
     }
 }
 
-/// A conversation: the messages so far and the ids the model's KV cache holds.
+/// A conversation: the messages so far, on a model and one session whose KV cache holds
+/// what the conversation ran.
 ///
 /// Each turn renders the whole conversation with the chat template, so the prompt is
 /// exactly what the template gives for these messages (a template may change earlier
@@ -36,19 +37,24 @@ impl Reply {
 /// its new tokens, not the whole history.
 pub struct Conversation<E: Engine> {
     model: Model<E>,
+    session: Session,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     system: Option<String>,
     messages: Vec<ChatMessage>,
-    /// The ids at KV positions `0..cached.len()`.
-    cached: Vec<u32>,
 }
 
 impl<E: Engine> Conversation<E> {
-    /// An empty conversation on `model`, whose KV cache it takes over; `system` is the
-    /// system message it starts with (and starts over with).
-    pub fn new(model: Model<E>, tokenizer: Tokenizer, template: ChatTemplate, system: Option<String>) -> Self {
-        let mut c = Conversation { model, tokenizer, template, system, messages: Vec::new(), cached: Vec::new() };
+    /// An empty conversation on `model` in `session`, whose KV cache it takes over;
+    /// `system` is the system message it starts with (and starts over with).
+    pub fn new(
+        model: Model<E>,
+        session: Session,
+        tokenizer: Tokenizer,
+        template: ChatTemplate,
+        system: Option<String>,
+    ) -> Self {
+        let mut c = Conversation { model, session, tokenizer, template, system, messages: Vec::new() };
         c.clear();
         c
     }
@@ -58,7 +64,7 @@ impl<E: Engine> Conversation<E> {
     pub fn clear(&mut self) {
         self.messages.clear();
         self.messages.extend(self.system.as_deref().map(|s| ChatMessage::new("system", s)));
-        self.cached.clear();
+        self.session.clear();
     }
 
     /// Replaces the system message (`None`: none) and keeps the rest of the conversation;
@@ -89,6 +95,11 @@ impl<E: Engine> Conversation<E> {
         &self.model
     }
 
+    /// The session: the KV cache's size and what it holds.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
@@ -96,7 +107,7 @@ impl<E: Engine> Conversation<E> {
 
     /// The ids held in the KV cache, at positions `0..len`.
     pub fn cached_ids(&self) -> &[u32] {
-        &self.cached
+        self.session.cached_ids()
     }
 
     /// Adds the user's message and generates the assistant's answer, calling `on_text`
@@ -115,22 +126,20 @@ impl<E: Engine> Conversation<E> {
         mut on_text: impl FnMut(&str),
     ) -> Result<Reply, ChatError> {
         self.messages.push(ChatMessage::new("user", user));
-        let (ids, reused) = match self.prepare() {
+        let ids = match self.prepare() {
             Ok(p) => p,
             Err(e) => {
                 self.messages.pop();
                 return Err(e);
             }
         };
-        // Positions past the common prefix are about to be overwritten.
-        self.cached.truncate(reused);
         let mut decoder = self.tokenizer.stream_decoder().skip_control(true);
         let mut text = String::new();
         let tokenizer = &self.tokenizer;
-        let generation = generate_after_cached_prefix(
+        let generation = generate_reusing_cache(
             &mut self.model,
+            &mut self.session,
             &ids,
-            reused,
             opts,
             |t| tokenizer.is_eog(t),
             |t| {
@@ -153,28 +162,21 @@ impl<E: Engine> Conversation<E> {
             on_text(&rest);
             text.push_str(&rest);
         }
-        // The last generated id was sampled but never run: it is not in the KV cache. The
-        // next turn's prompt brings it (or the template's own end of turn) back in. With
-        // nothing generated (max_new_tokens 0) the prompt was not run either.
-        if let Some((_, ran)) = generation.generated.split_last() {
-            self.cached = ids.iter().chain(ran).copied().collect();
-        }
+        // The session knows what its KV cache holds: the last generated id was sampled but
+        // never run; the next turn's prompt brings it (or the template's own end of turn)
+        // back in.
         self.messages.push(ChatMessage::new("assistant", &text));
-        Ok(Reply { text, prompt_tokens: ids.len(), reused_tokens: reused, generation })
+        Ok(Reply { text, prompt_tokens: ids.len(), reused_tokens: generation.reused_tokens, generation })
     }
 
-    /// Renders and tokenizes the conversation, checks that it fits and finds how many of
-    /// its ids the KV cache already holds (at least one id is always left to prefill: its
-    /// logits give the first token of the answer).
-    fn prepare(&self) -> Result<(Vec<u32>, usize), ChatError> {
+    /// Renders and tokenizes the conversation and checks that it fits.
+    fn prepare(&self) -> Result<Vec<u32>, ChatError> {
         let rendered = self.template.render(&self.messages, true)?;
         let ids = tokenize_prompt(&self.tokenizer, &rendered);
-        let n_ctx = self.model.n_ctx();
+        let n_ctx = self.session.n_ctx();
         if ids.len() > n_ctx {
             return Err(ChatError::ContextFull { prompt_tokens: ids.len(), n_ctx });
         }
-        let common = ids.iter().zip(&self.cached).take_while(|(a, b)| a == b).count();
-        let reused = common.min(ids.len().saturating_sub(1));
-        Ok((ids, reused))
+        Ok(ids)
     }
 }
