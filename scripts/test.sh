@@ -8,5 +8,12 @@ if [ -z "${PUREBEE_SMOLLM2_GGUF:-}" ] && [ "${PUREBEE_SKIP_SMOLLM2:-}" != 1 ]; t
   PUREBEE_SMOLLM2_GGUF=$(./scripts/fetch-smollm2.sh)
   export PUREBEE_SMOLLM2_GGUF
 fi
+# The server's client test drives it with the official openai Python package, pinned and
+# installed once into target/python-openai (scripts/python-env.sh); set PUREBEE_TEST_PYTHON to
+# use another python that has it, or PUREBEE_SKIP_OPENAI=1 to skip that test.
+if [ -z "${PUREBEE_TEST_PYTHON:-}" ] && [ "${PUREBEE_SKIP_OPENAI:-}" != 1 ]; then
+  PUREBEE_TEST_PYTHON=$(./scripts/python-env.sh)
+  export PUREBEE_TEST_PYTHON
+fi
 # `cargo test` builds every crate, test and binary it runs (in the test profile, once).
 cargo test --workspace --locked

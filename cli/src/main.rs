@@ -4,7 +4,7 @@
 //! `chat` holds a conversation in the model's chat template, `logits` writes the logits of
 //! a token sequence as `.npy`, `tokenize` prints token ids, `synth` writes a synthetic
 //! model, `bench` measures prefill and decode speed, `quantize` rewrites the token
-//! embedding; `pull` fetches a model into the store (`purebee-hub`), `list`, `show` and `rm`
+//! embedding; `serve` answers OpenAI-compatible HTTP requests; `pull` fetches a model into the store (`purebee-hub`), `list`, `show` and `rm`
 //! look after what was pulled, and `run`, `chat` and `bench` take a pulled name or an
 //! `hf://` source as well as a path.
 //! Errors go to stderr as `error: <message>` with a non-zero exit status; the library
@@ -31,6 +31,7 @@ mod pull;
 mod quantize;
 mod repl;
 mod run;
+mod serve;
 mod speed;
 mod synth;
 mod tokenize;
@@ -63,6 +64,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Rewrite a GGUF file with its token embedding stored as Q8_0, every other tensor as is.
     Quantize(quantize::QuantizeArgs),
+    /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming),
+    /// several requests at once.
+    Serve(serve::ServeArgs),
     /// Fetch a model (hf://OWNER/REPO/FILE.gguf[@REV] or an http(s) URL) into the store:
     /// resumable, sha256-checked; prints its path.
     Pull(pull::PullArgs),
@@ -93,6 +97,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Synth(args) => synth::run(&args, &mut out)?,
         Command::Bench(args) => bench::run(&args, &mut out)?,
         Command::Quantize(args) => quantize::run(&args, &mut out)?,
+        Command::Serve(args) => serve::run(&args)?,
         Command::Pull(args) => pull::run(&args, &mut out)?,
         Command::List(args) => models::list(&args, &mut out)?,
         Command::Show(args) => models::show(&args, &mut out)?,
@@ -102,8 +107,24 @@ fn run(cli: Cli) -> Result<(), CliError> {
     Ok(())
 }
 
+/// llama-server's two-letter short flags (`-np 4`, `-ub 256`), which clap cannot declare,
+/// read as their long names; only after `serve`, where they mean that.
+fn llama_server_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = args.collect();
+    if args.get(1).is_some_and(|a| a == "serve") {
+        for a in args.iter_mut().skip(2) {
+            if a == "-np" {
+                *a = "--parallel".into();
+            } else if a == "-ub" {
+                *a = "--ubatch-size".into();
+            }
+        }
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    match run(Cli::parse_from(llama_server_flags(std::env::args_os()))) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`purebee-rs inspect m.gguf | head`) is not an error of ours.
         Err(e) if e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) => {

@@ -1,0 +1,78 @@
+//! `purebee-rs serve`: the OpenAI-compatible server of `purebee-server` on a model given by
+//! path or name (flag names as llama-server's; `-np` and `-ub` are read as `--parallel` and
+//! `--ubatch-size`, see `main.rs`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use purebee_server::ServerConfig;
+
+use crate::engine_choice::EngineArgs;
+use crate::{models, CliError};
+
+/// Arguments of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The GGUF model: a path, a pulled name (`purebee-rs list`), or an hf:// or http(s)
+    /// source (pulled on first use).
+    pub model: PathBuf,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port; 0 takes a free one (the address is said on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Slots: requests generated at once, each with its own KV cache (`-np` also works).
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// The context of all slots together, in tokens (each slot gets CTX / parallel; default:
+    /// the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub ctx_size: usize,
+    /// The most prompt tokens one prefill step runs (`-ub` also works): smaller serves other
+    /// slots and disconnects sooner, larger prefills faster. Rounded down to a power of two.
+    #[arg(long = "ubatch-size", default_value_t = 128)]
+    pub ubatch_size: usize,
+    /// Clients must send this key (`Authorization: Bearer KEY`); default: the
+    /// `PUREBEE_API_KEY` variable, else none.
+    #[arg(long, env = "PUREBEE_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// The model's name in /v1/models and in responses (default: the file's name).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Requests that may wait for a free slot; one more is answered 503.
+    #[arg(long, default_value_t = 64)]
+    pub max_queue: usize,
+    /// The largest request body, in bytes (413 past it).
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_body_bytes: usize,
+    /// The engine and its threads.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Runs `serve` until SIGTERM or Ctrl-C.
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    if args.parallel == 0 {
+        return Err("--parallel 0: the server needs at least one slot".into());
+    }
+    if args.ubatch_size == 0 {
+        return Err("--ubatch-size 0: a prefill step needs at least one token".into());
+    }
+    let model_path = models::resolve(&args.model)?;
+    let config = ServerConfig {
+        model_path,
+        host: args.host.clone(),
+        port: args.port,
+        parallel: args.parallel,
+        n_ctx: args.ctx_size,
+        engine: args.engine.spec(),
+        api_key: args.api_key.clone(),
+        alias: args.alias.clone(),
+        max_queue: args.max_queue,
+        prefill_chunk: args.ubatch_size,
+        max_body_bytes: args.max_body_bytes,
+    };
+    purebee_server::run(config)?;
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! The JSON of the API: request fields as clients send them ([`request`]) and the
+//! responses, stream chunks and usage the server writes ([`response`]).
+
+pub mod request;
+pub mod response;

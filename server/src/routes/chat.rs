@@ -1,0 +1,21 @@
+//! `POST /v1/chat/completions`: messages rendered with the model's chat template.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::Response;
+
+use crate::api_error::ApiError;
+use crate::body::{fields, JsonObject};
+use crate::protocol::request::ChatFields;
+use crate::protocol::response::{Api, Meta};
+use crate::state::AppState;
+use crate::{prompt, validate};
+
+pub async fn handle(State(state): State<Arc<AppState>>, JsonObject(body): JsonObject) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let params = validate::params(&body, ready.n_vocab, ready.n_ctx)?;
+    let chat: ChatFields = fields(&body)?;
+    let ids = prompt::chat(ready, chat.messages)?;
+    super::generate::answer(ready, Meta::new(Api::Chat, &state.model_id), ids, params).await
+}

@@ -1,0 +1,21 @@
+//! `POST /v1/completions`: a raw prompt, text or token ids.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::response::Response;
+
+use crate::api_error::ApiError;
+use crate::body::{fields, JsonObject};
+use crate::protocol::request::CompletionFields;
+use crate::protocol::response::{Api, Meta};
+use crate::state::AppState;
+use crate::{prompt, validate};
+
+pub async fn handle(State(state): State<Arc<AppState>>, JsonObject(body): JsonObject) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let params = validate::params(&body, ready.n_vocab, ready.n_ctx)?;
+    let completion: CompletionFields = fields(&body)?;
+    let ids = prompt::completion(ready, &completion.prompt)?;
+    super::generate::answer(ready, Meta::new(Api::Completion, &state.model_id), ids, params).await
+}
