@@ -11,7 +11,9 @@
 //! A real template either renders or raises (Llama 2's rejects roles out of order); its
 //! prompt then tokenizes with the tiny fixture's vocabulary. Random template text either
 //! fails to parse or to render, or renders: never a panic, a hang or an unbounded
-//! allocation (libFuzzer's `-timeout` and `-rss_limit_mb` catch the last two).
+//! allocation (libFuzzer's `-timeout` and `-rss_limit_mb` catch the last two; a template
+//! that grows a string without bound runs out of the render's fuel, but minijinja 3.1.0
+//! still leaves some growth unbounded: `runtime/src/chat/template.rs` says which).
 
 #![no_main]
 
@@ -32,7 +34,7 @@ fn setup() -> &'static (purebee_runtime::tokenizer::Tokenizer, Vec<ChatTemplate>
     static SETUP: OnceLock<(purebee_runtime::tokenizer::Tokenizer, Vec<ChatTemplate>)> = OnceLock::new();
     SETUP.get_or_init(|| {
         // libfuzzer-sys's panic hook aborts on every panic, even one that is caught. The
-        // runtime catches panics of minijinja (3.0.5 panics on `''[::-1]`) and returns a
+        // runtime catches panics of minijinja (3.0.5 panicked on `''[::-1]`) and returns a
         // render error, so those are let through to it; any other panic still aborts.
         let abort = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
