@@ -167,8 +167,14 @@ impl Generator {
     /// and returns the next one. Past the end of the context it is
     /// [`ModelError::ContextFull`] (check [`Generator::has_room`] first).
     pub fn step<E: Engine>(&mut self, model: &mut Model<E>, session: &mut Session) -> Result<Option<u32>, ModelError> {
-        let (ids, pos) = match self.last {
-            Some((token, pos)) => (vec![token], pos),
+        // The ids to run borrow the prompt or this one-token buffer: nothing is allocated
+        // per step.
+        let last_token;
+        let (ids, pos): (&[u32], usize) = match self.last {
+            Some((token, pos)) => {
+                last_token = [token];
+                (&last_token, pos)
+            }
             None => {
                 let remaining = self.prompt.len() - self.prefilled;
                 let n = match self.prefill {
@@ -176,10 +182,10 @@ impl Generator {
                     Prefill::Chunks(max) => largest_power_of_two_at_most(remaining.min(max.max(1))),
                 };
                 let pos = self.prefilled;
-                let chunk = self.prompt[pos..pos + n].to_vec();
+                let chunk = &self.prompt[pos..pos + n];
                 if n < remaining {
                     // Only the KV entries matter; the 4-byte ARGMAX is the cheapest read.
-                    model.forward_greedy(session, &chunk, pos)?;
+                    model.forward_greedy(session, chunk, pos)?;
                     self.prefilled += n;
                     return Ok(None);
                 }
@@ -187,14 +193,15 @@ impl Generator {
             }
         };
         let token = if self.sampler.config().is_plain_greedy() {
-            model.forward_greedy(session, &ids, pos)?
+            model.forward_greedy(session, ids, pos)?
         } else {
-            let logits = model.forward(session, &ids, pos, LogitsRows::Last)?;
+            let logits = model.forward(session, ids, pos, LogitsRows::Last)?;
             self.sampler.sample(&logits)
         };
+        let next_pos = pos + ids.len();
         self.prefilled = self.prompt.len();
         self.sampler.accept(token);
-        self.last = Some((token, pos + ids.len()));
+        self.last = Some((token, next_pos));
         Ok(Some(token))
     }
 }
