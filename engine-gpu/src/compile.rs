@@ -10,7 +10,7 @@ use purebee_isa::{Instruction, Program};
 use purebee_memory::{Registry, TensorId};
 use wgpu::util::DeviceExt;
 
-use crate::kernels::{self, layout, KernelCall, RecordCtx, ScratchKey, Storage};
+use crate::kernels::{self, layout, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineCache;
 use crate::tensors::TensorStore;
 use crate::{GpuContext, GpuError};
@@ -22,8 +22,14 @@ pub(crate) enum Step {
     /// GRID_WRITE of constant data: copy buffer `i` (made at compile time, in the tensor's
     /// GPU layout) into part `i` of the tensor.
     Copy { srcs: Vec<wgpu::Buffer>, dst: TensorId },
-    /// A kernel dispatch.
-    Dispatch { pipeline: wgpu::ComputePipeline, bind_group: wgpu::BindGroup, workgroups: [u32; 3] },
+    /// A kernel dispatch; `kernel` (shader file and entry point) names its family for
+    /// profiles.
+    Dispatch {
+        pipeline: wgpu::ComputePipeline,
+        bind_group: wgpu::BindGroup,
+        workgroups: [u32; 3],
+        kernel: (Shader, &'static str),
+    },
 }
 
 /// A program ready to run.
@@ -174,7 +180,8 @@ pub(crate) fn compile(
                         layout: &pipeline.get_bind_group_layout(0),
                         entries: &entries,
                     });
-                    steps.push(Step::Dispatch { pipeline, bind_group, workgroups: call.workgroups });
+                    let kernel = (call.key.shader, call.key.entry);
+                    steps.push(Step::Dispatch { pipeline, bind_group, workgroups: call.workgroups, kernel });
                 }
             }
         }

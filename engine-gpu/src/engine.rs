@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use purebee_isa::{Engine, ExecError, ParamValue, Program, ProgramId};
+use purebee_isa::{DispatchCounters, Engine, ExecError, ParamValue, Program, ProgramId};
 use purebee_memory::{MemoryError, Registry, TensorId};
 
 use crate::compile::{compile, Compiled, Step};
@@ -25,6 +25,8 @@ pub struct GpuEngine {
     plans: HashMap<ProgramId, RunPlan>,
     /// A reusable MAP_READ buffer for GRID_READ, grown as needed.
     staging: Option<wgpu::Buffer>,
+    /// Dispatches and submits so far (`Engine::counters`).
+    counters: DispatchCounters,
 }
 
 impl GpuEngine {
@@ -38,6 +40,7 @@ impl GpuEngine {
             compiled: HashMap::new(),
             plans: HashMap::new(),
             staging: None,
+            counters: DispatchCounters::default(),
         })
     }
 
@@ -80,6 +83,7 @@ impl GpuEngine {
             self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("GRID_READ") });
         encoder.copy_buffer_to_buffer(src, 0, staging, 0, size);
         self.ctx.queue.submit([encoder.finish()]);
+        self.counters.submits += 1;
         let (tx, rx) = std::sync::mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
             let _ = tx.send(r);
@@ -109,6 +113,18 @@ impl GpuEngine {
             .cloned()
             .ok_or_else(|| GpuError::Wgpu(format!("program '{}' has no scratch buffer {key:?}", program.name())))?;
         Ok(self.read_buffer(&buffer, &format!("scratch {key:?}"))?)
+    }
+
+    /// The kernels a run of `program` dispatches, in order, as `file:entry` (for example
+    /// `bitlinear.wgsl:gemv`); `None` until the program has run on this engine. For tests
+    /// and profiles: what the compiler made of a program.
+    pub fn dispatched_kernels(&self, program: &Program) -> Option<Vec<String>> {
+        let c = self.compiled.get(&program.id())?;
+        let kernels = c.steps.iter().filter_map(|s| match s {
+            Step::Dispatch { kernel: (shader, entry), .. } => Some(format!("{}:{entry}", shader.name())),
+            _ => None,
+        });
+        Some(kernels.collect())
     }
 
     fn byte_len(&self, op: &'static str, id: TensorId) -> Result<usize, ExecError> {
@@ -164,7 +180,7 @@ impl Engine for GpuEngine {
         let mut pass: Option<wgpu::ComputePass> = None;
         for step in &c.steps {
             match step {
-                Step::Dispatch { pipeline, bind_group, workgroups } => {
+                Step::Dispatch { pipeline, bind_group, workgroups, .. } => {
                     let p = pass.get_or_insert_with(|| {
                         encoder
                             .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
@@ -173,6 +189,7 @@ impl Engine for GpuEngine {
                     p.set_pipeline(pipeline);
                     p.set_bind_group(0, bind_group, &[]);
                     p.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+                    self.counters.dispatches += 1;
                 }
                 Step::Clear(id) => {
                     pass = None;
@@ -194,6 +211,7 @@ impl Engine for GpuEngine {
         }
         drop(pass);
         self.ctx.queue.submit([encoder.finish()]);
+        self.counters.submits += 1;
         for &(id, state) in self.plans.get(&program.id()).map_or(&[][..], |p| &p.effects) {
             self.store.set_state(id, state);
             if state == Liveness::Freed {
@@ -259,5 +277,9 @@ impl Engine for GpuEngine {
 
     fn sync(&mut self) -> Result<(), ExecError> {
         self.ctx.wait().map_err(ExecError::from)
+    }
+
+    fn counters(&self) -> Option<DispatchCounters> {
+        Some(self.counters)
     }
 }

@@ -4,6 +4,25 @@ use purebee_memory::{Registry, TensorId};
 
 use crate::{ExecError, ParamValue, Program};
 
+/// Cumulative counts of the work an engine handed to its device (see [`Engine::counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchCounters {
+    /// Kernel dispatches recorded.
+    pub dispatches: u64,
+    /// Command submissions to the device queue (each one a round of driver overhead).
+    pub submits: u64,
+}
+
+impl DispatchCounters {
+    /// The counts since `earlier`.
+    pub fn since(self, earlier: DispatchCounters) -> DispatchCounters {
+        DispatchCounters {
+            dispatches: self.dispatches.saturating_sub(earlier.dispatches),
+            submits: self.submits.saturating_sub(earlier.submits),
+        }
+    }
+}
+
 /// An engine runs programs over the tensors of its [`Registry`].
 ///
 /// Models build programs against [`Engine::memory_mut`] (declaring activations, looking up
@@ -32,6 +51,13 @@ pub trait Engine {
 
     /// Waits until every instruction submitted so far has completed.
     fn sync(&mut self) -> Result<(), ExecError>;
+
+    /// The work this engine has handed to its device since it was created, for an engine
+    /// that dispatches kernels (a GPU engine); `None` for one that runs instructions in
+    /// place. `bench` divides the difference over a run by its tokens.
+    fn counters(&self) -> Option<DispatchCounters> {
+        None
+    }
 
     /// GRID_WRITE of f32 values.
     fn write_f32(&mut self, tensor: TensorId, values: &[f32]) -> Result<(), ExecError> {
@@ -80,5 +106,8 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn sync(&mut self) -> Result<(), ExecError> {
         (**self).sync()
+    }
+    fn counters(&self) -> Option<DispatchCounters> {
+        (**self).counters()
     }
 }
