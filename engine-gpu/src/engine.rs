@@ -1,9 +1,10 @@
 //! The GPU engine: the registry, the tensors' buffers, compiled programs, and the `Engine`
 //! operations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc;
 
-use purebee_isa::{DispatchCounters, Engine, ExecError, ParamValue, Program, ProgramId};
+use purebee_isa::{DispatchCounters, Engine, ExecError, ParamValue, PendingRead, Program, ProgramId};
 use purebee_memory::{MemoryError, Registry, TensorId};
 
 use crate::compile::{compile, Compiled, Step};
@@ -13,7 +14,25 @@ use crate::plan::RunPlan;
 use crate::tensors::{Liveness, TensorStore};
 use crate::{GpuContext, GpuError, GpuOptions};
 
+/// Reads begun with `read_later` and not finished; beyond this many the oldest are
+/// abandoned (a caller that drops a `PendingRead` never finishes it).
+const MAX_READS_IN_FLIGHT: usize = 8;
+
+/// A GRID_READ in flight (`Engine::read_later`): its staging buffer, the submission that
+/// copies into it, and the result of mapping it.
+struct InFlightRead {
+    ticket: u64,
+    staging: wgpu::Buffer,
+    len: usize,
+    submission: wgpu::SubmissionIndex,
+    mapped: mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>,
+}
+
 /// The wgpu engine.
+///
+/// A program's commands are submitted with whatever comes next (a read's copy joins the
+/// same submission, so a decode step that reads its token back costs one submit), or
+/// before anything that writes to the queue.
 pub struct GpuEngine {
     ctx: GpuContext,
     memory: Registry,
@@ -27,6 +46,12 @@ pub struct GpuEngine {
     staging: Option<wgpu::Buffer>,
     /// Dispatches and submits so far (`Engine::counters`).
     counters: DispatchCounters,
+    /// The last program's commands, not submitted yet.
+    unsubmitted: Option<wgpu::CommandBuffer>,
+    reads_in_flight: VecDeque<InFlightRead>,
+    next_ticket: u64,
+    /// Staging buffers of finished `read_later`s, for reuse.
+    spare_staging: Vec<wgpu::Buffer>,
 }
 
 impl GpuEngine {
@@ -41,6 +66,10 @@ impl GpuEngine {
             plans: HashMap::new(),
             staging: None,
             counters: DispatchCounters::default(),
+            unsubmitted: None,
+            reads_in_flight: VecDeque::new(),
+            next_ticket: 0,
+            spare_staging: Vec::new(),
         })
     }
 
@@ -67,6 +96,33 @@ impl GpuEngine {
         }
     }
 
+    /// Submits the pending program's commands, then `extra`, in one submission.
+    fn submit(&mut self, extra: Option<wgpu::CommandBuffer>) -> wgpu::SubmissionIndex {
+        self.counters.submits += 1;
+        self.ctx.queue.submit(self.unsubmitted.take().into_iter().chain(extra))
+    }
+
+    /// Submits the pending program's commands, if any: before a queue write (which would
+    /// otherwise land ahead of them) and before waiting.
+    fn flush(&mut self) {
+        if self.unsubmitted.is_some() {
+            self.submit(None);
+        }
+    }
+
+    /// A MAP_READ staging buffer of at least `size` bytes for `read_later`.
+    fn staging_buffer(&mut self, size: u64) -> wgpu::Buffer {
+        if let Some(i) = self.spare_staging.iter().position(|b| b.size() >= size) {
+            return self.spare_staging.swap_remove(i);
+        }
+        self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("GRID_READ (later) staging"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
     /// Copies a whole buffer back to the host (through the reusable staging buffer).
     fn read_buffer(&mut self, src: &wgpu::Buffer, what: &str) -> Result<Vec<u8>, GpuError> {
         let size = src.size();
@@ -82,9 +138,9 @@ impl GpuEngine {
         let mut encoder =
             self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("GRID_READ") });
         encoder.copy_buffer_to_buffer(src, 0, staging, 0, size);
-        self.ctx.queue.submit([encoder.finish()]);
-        self.counters.submits += 1;
-        let (tx, rx) = std::sync::mpsc::channel();
+        let staging = staging.clone();
+        self.submit(Some(encoder.finish()));
+        let (tx, rx) = mpsc::channel();
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
             let _ = tx.send(r);
         });
@@ -148,6 +204,9 @@ impl Engine for GpuEngine {
 
     fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
         program.check_params(params)?;
+        // The previous program's commands go first: this one's parameter (and any weight)
+        // writes would otherwise land ahead of them.
+        self.flush();
         if !self.plans.contains_key(&program.id()) {
             let plan = RunPlan::new(program, &self.memory)?;
             self.plans.insert(program.id(), plan);
@@ -210,8 +269,7 @@ impl Engine for GpuEngine {
             }
         }
         drop(pass);
-        self.ctx.queue.submit([encoder.finish()]);
-        self.counters.submits += 1;
+        self.unsubmitted = Some(encoder.finish());
         for &(id, state) in self.plans.get(&program.id()).map_or(&[][..], |p| &p.effects) {
             self.store.set_state(id, state);
             if state == Liveness::Freed {
@@ -223,6 +281,7 @@ impl Engine for GpuEngine {
 
     fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError> {
         const OP: &str = "GRID_WRITE";
+        self.flush();
         self.live(OP, tensor)?;
         let expected = self.byte_len(OP, tensor)?;
         if bytes.len() != expected {
@@ -276,7 +335,71 @@ impl Engine for GpuEngine {
     }
 
     fn sync(&mut self) -> Result<(), ExecError> {
+        self.flush();
         self.ctx.wait().map_err(ExecError::from)
+    }
+
+    fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
+        const OP: &str = "GRID_READ";
+        self.live(OP, tensor)?;
+        let len = self.byte_len(OP, tensor)?;
+        let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
+        let ternary =
+            self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?.dtype.is_ternary();
+        let src = match t.parts.as_slice() {
+            [only] if !ternary => only.clone(),
+            // Repacked or empty tensors are rebuilt on the host: read them now.
+            _ => return Ok(PendingRead::ready(self.read(tensor)?)),
+        };
+        let staging = self.staging_buffer(src.size());
+        let mut encoder =
+            self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("GRID_READ later") });
+        encoder.copy_buffer_to_buffer(&src, 0, &staging, 0, src.size());
+        let submission = self.submit(Some(encoder.finish()));
+        let (tx, mapped) = mpsc::channel();
+        staging.map_async(wgpu::MapMode::Read, 0..src.size(), move |r| {
+            let _ = tx.send(r);
+        });
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.reads_in_flight.push_back(InFlightRead { ticket, staging, len, submission, mapped });
+        while self.reads_in_flight.len() > MAX_READS_IN_FLIGHT {
+            self.reads_in_flight.pop_front();
+        }
+        self.ctx.check()?;
+        Ok(PendingRead::ticket(ticket))
+    }
+
+    fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
+        let ticket = match pending.into_parts() {
+            Ok(bytes) => return Ok(bytes),
+            Err(ticket) => ticket,
+        };
+        let i = self.reads_in_flight.iter().position(|r| r.ticket == ticket);
+        let Some(read) = i.and_then(|i| self.reads_in_flight.remove(i)) else {
+            return Err(ExecError::UnknownRead { ticket });
+        };
+        let wait = wgpu::PollType::Wait { submission_index: Some(read.submission), timeout: None };
+        self.ctx.device.poll(wait).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+        self.ctx.check()?;
+        read.mapped
+            .recv()
+            .map_err(|e| GpuError::Wgpu(e.to_string()))?
+            .map_err(|e| GpuError::Wgpu(format!("mapping a read for the host: {e}")))?;
+        let mut bytes = {
+            let view = read.staging.get_mapped_range(..).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+            view.to_vec()
+        };
+        read.staging.unmap();
+        bytes.truncate(read.len);
+        if self.spare_staging.len() < MAX_READS_IN_FLIGHT {
+            self.spare_staging.push(read.staging);
+        }
+        Ok(bytes)
+    }
+
+    fn reads_overlap(&self) -> bool {
+        true
     }
 
     fn counters(&self) -> Option<DispatchCounters> {

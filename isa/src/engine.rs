@@ -13,6 +13,39 @@ pub struct DispatchCounters {
     pub submits: u64,
 }
 
+/// A GRID_READ begun with [`Engine::read_later`], to be completed with
+/// [`Engine::finish_read`]. Dropping it abandons the read.
+#[derive(Debug)]
+pub struct PendingRead(PendingBytes);
+
+#[derive(Debug)]
+enum PendingBytes {
+    /// Read at once (engines whose reads cannot overlap later work).
+    Ready(Vec<u8>),
+    /// An engine-defined ticket for bytes still in flight.
+    Ticket(u64),
+}
+
+impl PendingRead {
+    /// A read that completed when it began.
+    pub fn ready(bytes: Vec<u8>) -> PendingRead {
+        PendingRead(PendingBytes::Ready(bytes))
+    }
+
+    /// A read in flight, named by an engine's own ticket.
+    pub fn ticket(ticket: u64) -> PendingRead {
+        PendingRead(PendingBytes::Ticket(ticket))
+    }
+
+    /// The bytes of a read that completed when it began, or the ticket of one in flight.
+    pub fn into_parts(self) -> Result<Vec<u8>, u64> {
+        match self.0 {
+            PendingBytes::Ready(bytes) => Ok(bytes),
+            PendingBytes::Ticket(t) => Err(t),
+        }
+    }
+}
+
 impl DispatchCounters {
     /// The counts since `earlier`.
     pub fn since(self, earlier: DispatchCounters) -> DispatchCounters {
@@ -51,6 +84,27 @@ pub trait Engine {
 
     /// Waits until every instruction submitted so far has completed.
     fn sync(&mut self) -> Result<(), ExecError>;
+
+    /// GRID_READ without waiting for it: the bytes the tensor will hold after every
+    /// instruction submitted so far, delivered by [`Engine::finish_read`]. Instructions
+    /// executed in between do not change them. An engine whose device runs asynchronously
+    /// (see [`Engine::reads_overlap`]) lets the host queue the next program before the bytes
+    /// arrive; the default reads at once.
+    fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
+        Ok(PendingRead::ready(self.read(tensor)?))
+    }
+
+    /// The bytes of a read begun with [`Engine::read_later`], waiting for them if needed.
+    fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
+        pending.into_parts().map_err(|ticket| ExecError::UnknownRead { ticket })
+    }
+
+    /// Whether [`Engine::read_later`] returns before the bytes exist, so that a caller gains
+    /// by queueing more work before [`Engine::finish_read`] (a GPU engine). False for
+    /// engines that run each instruction to completion when it is executed.
+    fn reads_overlap(&self) -> bool {
+        false
+    }
 
     /// The work this engine has handed to its device since it was created, for an engine
     /// that dispatches kernels (a GPU engine); `None` for one that runs instructions in
@@ -106,6 +160,15 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn sync(&mut self) -> Result<(), ExecError> {
         (**self).sync()
+    }
+    fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
+        (**self).read_later(tensor)
+    }
+    fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
+        (**self).finish_read(pending)
+    }
+    fn reads_overlap(&self) -> bool {
+        (**self).reads_overlap()
     }
     fn counters(&self) -> Option<DispatchCounters> {
         (**self).counters()

@@ -108,6 +108,13 @@ pub enum ExecError {
         /// The value's type.
         got: ParamKind,
     },
+    /// [`crate::Engine::finish_read`] with a ticket this engine did not give or that was
+    /// already finished or abandoned.
+    #[error("GRID_READ: no read in flight with ticket {ticket} (finished, abandoned, or from another engine)")]
+    UnknownRead {
+        /// The ticket.
+        ticket: u64,
+    },
     /// A token id outside the embedding table.
     #[error("EMBED: token id {id} at row {row} of '{tensor}' is outside the vocabulary of {vocab}")]
     TokenOutOfRange {

@@ -85,6 +85,15 @@ pub enum ModelError {
         /// The session's name.
         session: String,
     },
+    /// [`crate::Model::submit_greedy`] asked to run the token a decode step left on the
+    /// device, but the session's last step was not a decode step just before `pos`.
+    #[error("session '{session}': no greedy token for position {pos} is waiting on the engine")]
+    NoTokenOnEngine {
+        /// The session's name.
+        session: String,
+        /// The position asked for.
+        pos: usize,
+    },
     /// A program could not be built (a bug in a model script, reported with its cause).
     #[error("building the model's program: {0}")]
     Isa(#[from] IsaError),

@@ -30,7 +30,8 @@ pub(crate) struct ForwardIo {
     pub ids: TensorId,
     /// Logits, F32 `[rows, vocab]`.
     pub logits: TensorId,
-    /// The greedy token of each logits row, U32 `[rows]`.
+    /// The greedy token of each logits row, U32 `[rows]`; for a single-token pass of the
+    /// last row, the `ids` tensor itself.
     pub argmax: TensorId,
     /// Every tensor the program uses besides weights and caches (ids, logits and argmax
     /// included), for the setup and teardown programs.
@@ -139,7 +140,13 @@ pub(crate) fn record_forward(
     b.rms_norm(normed, last, w.output_norm, cfg.rms_eps)?;
     let logits = declare(b, &mut ts, prefix, "logits", f32, &[n_out, cfg.n_vocab])?;
     linear(b, logits, normed, w.lm_head, acts)?;
-    let argmax = declare(b, &mut ts, prefix, "argmax", DType::U32, &[n_out])?;
+    // A single-token pass writes its greedy token over its own input id, so that the next
+    // decode step can run it without a round trip through the host (`Model::submit_greedy`).
+    let argmax = if n == 1 && rows == LogitsRows::Last {
+        ids
+    } else {
+        declare(b, &mut ts, prefix, "argmax", DType::U32, &[n_out])?
+    };
     b.argmax(argmax, logits)?;
     Ok(ForwardIo { ids, logits, argmax, tensors: ts, constants })
 }

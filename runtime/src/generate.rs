@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use purebee_isa::Engine;
 
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::{LogitsRows, Model, ModelError, Session};
+use crate::{LogitsRows, Model, ModelError, PendingToken, Session};
 
 /// What to generate.
 #[derive(Clone, Debug)]
@@ -90,7 +90,14 @@ pub enum Prefill {
 /// One generation in one session, a step at a time. The prompt's ids that the session's
 /// KV cache already holds are reused (its longest common prefix with the prompt, leaving at
 /// least the last id to run: its logits give the first token).
-#[derive(Clone, Debug)]
+///
+/// Plain greedy decoding on an engine whose reads overlap its work (a GPU) runs one step
+/// ahead: each step queues the next one, which reads its input token where the previous
+/// step left it on the engine, before waiting for the previous token to come back, so the
+/// device never waits for the host. The step queued after the last token the caller takes
+/// runs that token too: its greedy successor is never read, but its KV entry is valid, so
+/// the session then holds every generated id (the plain loop leaves out the last).
+#[derive(Debug)]
 pub struct Generator {
     sampler: Sampler,
     prompt: Vec<u32>,
@@ -100,6 +107,9 @@ pub struct Generator {
     prefilled: usize,
     /// The last sampled token, not run yet, and the position it will be run at.
     last: Option<(u32, usize)>,
+    /// The last sampled token's step, already queued from the engine's copy of it (greedy
+    /// decoding that runs ahead).
+    ahead: Option<PendingToken>,
 }
 
 impl Generator {
@@ -132,6 +142,7 @@ impl Generator {
             reused,
             prefilled: reused,
             last: None,
+            ahead: None,
         })
     }
 
@@ -169,6 +180,11 @@ impl Generator {
     pub fn step<E: Engine>(&mut self, model: &mut Model<E>, session: &mut Session) -> Result<Option<u32>, ModelError> {
         // The ids to run borrow the prompt or this one-token buffer: nothing is allocated
         // per step.
+        if let Some((token, pos)) = self.last {
+            if self.sampler.config().is_plain_greedy() && model.engine().reads_overlap() {
+                return self.step_ahead(model, session, token, pos).map(Some);
+            }
+        }
         let last_token;
         let (ids, pos): (&[u32], usize) = match self.last {
             Some((token, pos)) => {
@@ -203,6 +219,28 @@ impl Generator {
         self.sampler.accept(token);
         self.last = Some((token, next_pos));
         Ok(Some(token))
+    }
+
+    /// A greedy decode step that runs ahead (see the type's documentation): `token` is to run
+    /// at `pos`, unless its step is already queued (`self.ahead`).
+    fn step_ahead<E: Engine>(
+        &mut self,
+        model: &mut Model<E>,
+        session: &mut Session,
+        token: u32,
+        pos: usize,
+    ) -> Result<u32, ModelError> {
+        let pending = match self.ahead.take() {
+            Some(p) => p,
+            None => model.submit_greedy(session, Some(token), pos)?,
+        };
+        if pos + 1 < session.n_ctx() {
+            self.ahead = Some(model.submit_greedy(session, None, pos + 1)?);
+        }
+        let next = model.receive_greedy(session, pending)?;
+        self.sampler.accept(next);
+        self.last = Some((next, pos + 1));
+        Ok(next)
     }
 }
 

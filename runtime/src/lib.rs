@@ -24,4 +24,4 @@ pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
 pub use generate::{generate, generate_reusing_cache, GenerateOptions, Generation, Generator, Prefill, StopReason};
-pub use model::{KvCache, Model, QuantizedActivations, Session};
+pub use model::{KvCache, Model, PendingToken, QuantizedActivations, Session};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use purebee_isa::{DType, Engine, ParamValue, Program, ProgramBuilder, TensorId};
+use purebee_isa::{DType, Engine, ParamValue, PendingRead, Program, ProgramBuilder, TensorId};
 use purebee_memory::gguf::{FileWatch, GgufFile};
 
 use crate::forward::{record_forward, ForwardIo, LogitsRows};
@@ -81,6 +81,29 @@ pub struct Session {
     forwards: HashMap<(usize, LogitsRows), Forward>,
     /// The ids at KV positions `0..ids.len()`.
     ids: Vec<u32>,
+    /// The position whose id the decode pass left on the engine (its greedy token), after a
+    /// decode step at the position before.
+    token_on_engine: Option<usize>,
+    /// A position run with the id on the engine, whose value the host has not received yet
+    /// (it joins `ids` when [`Model::receive_greedy`] delivers it).
+    awaiting: Option<usize>,
+}
+
+/// A greedy decode step submitted by [`Model::submit_greedy`]; [`Model::receive_greedy`]
+/// gives its token. Dropping it abandons the read (the step still ran).
+#[derive(Debug)]
+pub struct PendingToken {
+    read: PendingRead,
+    /// The position the step ran at: the token is the id for `pos + 1`.
+    pos: usize,
+}
+
+/// The ids a forward pass runs: written by the host, or the greedy token the decode pass
+/// left on the engine.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Host(&'a [u32]),
+    OnEngine,
 }
 
 impl Session {
@@ -107,6 +130,7 @@ impl Session {
     /// Forgets what the KV cache holds: the next pass may start at position 0 only.
     pub fn clear(&mut self) {
         self.ids.clear();
+        self.awaiting = None;
     }
 }
 
@@ -170,6 +194,8 @@ impl<E: Engine> Model<E> {
             n_ctx_train: self.config.n_ctx_train,
             forwards: HashMap::new(),
             ids: Vec::new(),
+            token_on_engine: None,
+            awaiting: None,
         })
     }
 
@@ -199,7 +225,7 @@ impl<E: Engine> Model<E> {
         pos: usize,
         rows: LogitsRows,
     ) -> Result<Vec<f32>, ModelError> {
-        let (key, io) = self.run(session, tokens, pos, rows)?;
+        let (key, io) = self.run(session, Input::Host(tokens), pos, rows)?;
         let values = self.engine.read_f32(io.logits)?;
         self.release_prefill(session, key)?;
         Ok(values)
@@ -208,10 +234,51 @@ impl<E: Engine> Model<E> {
     /// Runs `tokens` at positions `pos..` of `session` and returns the greedy next token
     /// after the last one, reading back only the 4 bytes of ARGMAX.
     pub fn forward_greedy(&mut self, session: &mut Session, tokens: &[u32], pos: usize) -> Result<u32, ModelError> {
-        let (key, io) = self.run(session, tokens, pos, LogitsRows::Last)?;
+        let (key, io) = self.run(session, Input::Host(tokens), pos, LogitsRows::Last)?;
         let id = self.engine.read_u32(io.argmax)?.first().copied().unwrap_or(0);
         self.release_prefill(session, key)?;
         Ok(id)
+    }
+
+    /// Runs one token at `pos` of `session` and starts reading its greedy next token back
+    /// without waiting for it: `token`, or with `None` the greedy token that the decode step
+    /// at `pos - 1` left on the engine, which never crosses to the host before it runs.
+    /// On an engine whose reads overlap its work ([`Engine::reads_overlap`]) the host can
+    /// queue the next step before this one's token arrives; [`Model::receive_greedy`] gives it.
+    ///
+    /// Errors: as [`Model::forward_greedy`], and [`ModelError::NoTokenOnEngine`] when `token`
+    /// is `None` and the session's last step was not a decode step at `pos - 1`.
+    pub fn submit_greedy(
+        &mut self,
+        session: &mut Session,
+        token: Option<u32>,
+        pos: usize,
+    ) -> Result<PendingToken, ModelError> {
+        let host_token;
+        let input = match token {
+            Some(t) => {
+                host_token = [t];
+                Input::Host(&host_token)
+            }
+            None => Input::OnEngine,
+        };
+        let (_, io) = self.run(session, input, pos, LogitsRows::Last)?;
+        let read = self.engine.read_later(io.argmax)?;
+        Ok(PendingToken { read, pos })
+    }
+
+    /// The greedy token of a step begun with [`Model::submit_greedy`] (waits for it).
+    pub fn receive_greedy(&mut self, session: &mut Session, pending: PendingToken) -> Result<u32, ModelError> {
+        self.check_owner(session)?;
+        let bytes = self.engine.finish_read(pending.read)?;
+        let token = bytes.get(..4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        // A later step may already have run this token from the engine: it is now known.
+        let at = pending.pos + 1;
+        if session.awaiting == Some(at) && session.ids.len() == at {
+            session.ids.push(token);
+            session.awaiting = None;
+        }
+        Ok(token)
     }
 
     fn check_owner(&self, session: &Session) -> Result<(), ModelError> {
@@ -231,44 +298,65 @@ impl<E: Engine> Model<E> {
     fn run(
         &mut self,
         session: &mut Session,
-        tokens: &[u32],
+        input: Input,
         pos: usize,
         rows: LogitsRows,
     ) -> Result<((usize, LogitsRows), Outputs), ModelError> {
         self.check_owner(session)?;
-        if tokens.is_empty() {
-            return Err(ModelError::NoTokens);
-        }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.config.n_vocab) {
-            return Err(ModelError::TokenOutOfRange { id, vocab: self.config.n_vocab });
-        }
-        if pos + tokens.len() > session.n_ctx {
+        let n = match input {
+            Input::Host(tokens) => {
+                if tokens.is_empty() {
+                    return Err(ModelError::NoTokens);
+                }
+                if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.config.n_vocab) {
+                    return Err(ModelError::TokenOutOfRange { id, vocab: self.config.n_vocab });
+                }
+                tokens.len()
+            }
+            Input::OnEngine => {
+                if session.token_on_engine != Some(pos) || rows != LogitsRows::Last {
+                    return Err(ModelError::NoTokenOnEngine { session: session.name.clone(), pos });
+                }
+                1
+            }
+        };
+        if pos + n > session.n_ctx {
             return Err(ModelError::ContextFull {
-                tokens: tokens.len(),
+                tokens: n,
                 pos,
                 n_ctx: session.n_ctx,
                 n_ctx_train: session.n_ctx_train,
             });
         }
         self.source.check()?;
-        let key = (tokens.len(), rows);
+        let key = (n, rows);
         let f = match session.forwards.remove(&key) {
             Some(f) => f,
-            None => self.build_forward(session, tokens.len(), rows)?,
+            None => self.build_forward(session, n, rows)?,
         };
         let f = session.forwards.entry(key).or_insert(f);
         if !f.live {
             self.engine.execute(&f.setup, &[])?;
             f.live = true;
         }
-        self.engine.write_u32(f.io.ids, tokens)?;
+        if let Input::Host(tokens) = input {
+            self.engine.write_u32(f.io.ids, tokens)?;
+        }
         // Positions from `pos` on are overwritten; until the pass succeeds they hold nothing
         // known.
         session.ids.truncate(pos.min(session.ids.len()));
+        session.awaiting = None;
+        session.token_on_engine = None;
         let held = session.ids.len();
         self.engine.execute(&f.pass, &[ParamValue::U32(pos as u32)])?;
-        if held == pos {
-            session.ids.extend_from_slice(tokens);
+        match input {
+            Input::Host(tokens) if held == pos => session.ids.extend_from_slice(tokens),
+            Input::OnEngine if held == pos => session.awaiting = Some(pos),
+            _ => {}
+        }
+        // The single-token pass leaves its greedy token in its own input (forward.rs).
+        if key == (1, LogitsRows::Last) {
+            session.token_on_engine = Some(pos + 1);
         }
         Ok((key, Outputs { logits: f.io.logits, argmax: f.io.argmax }))
     }
