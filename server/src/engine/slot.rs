@@ -108,7 +108,11 @@ impl<'t> Slot<'t> {
                 // What the cache holds after a failed pass is unknown.
                 self.session.clear();
                 cx.metrics.finished(Outcome::Error);
-                self.end(cx.metrics, Some(Event::Failed(ApiError::server(format!("the engine failed: {e}")))));
+                // The cause goes to the operator's log only: it can name the model's path
+                // and the machine's devices, which are not the client's to see.
+                eprintln!("purebee-rs: error: a request failed in the engine: {e}");
+                let message = "the engine failed on this request (the server's log has the cause)";
+                self.end(cx.metrics, Some(Event::Failed(ApiError::server(message))));
                 return;
             }
         };

@@ -16,6 +16,6 @@ pub async fn handle(State(state): State<Arc<AppState>>, JsonObject(body): JsonOb
     let ready = state.ready()?;
     let params = validate::params(&body, ready.n_vocab, ready.n_ctx)?;
     let chat: ChatFields = fields(&body)?;
-    let ids = prompt::chat(ready, chat.messages)?;
+    let ids = super::off_the_workers(&state, move |ready| prompt::chat(ready, chat.messages)).await?;
     super::generate::answer(ready, Meta::new(Api::Chat, &state.model_id), ids, params).await
 }

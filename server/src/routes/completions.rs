@@ -16,6 +16,6 @@ pub async fn handle(State(state): State<Arc<AppState>>, JsonObject(body): JsonOb
     let ready = state.ready()?;
     let params = validate::params(&body, ready.n_vocab, ready.n_ctx)?;
     let completion: CompletionFields = fields(&body)?;
-    let ids = prompt::completion(ready, &completion.prompt)?;
+    let ids = super::off_the_workers(&state, move |ready| prompt::completion(ready, &completion.prompt)).await?;
     super::generate::answer(ready, Meta::new(Api::Completion, &state.model_id), ids, params).await
 }

@@ -21,7 +21,20 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::api_error::{ApiError, ErrorKind};
 use crate::auth::require_key;
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
+
+/// Runs a request's CPU-bound work (rendering the chat template, tokenizing) on tokio's
+/// blocking pool, so that a long prompt or a slow template never holds up the worker
+/// threads that serve every other connection.
+async fn off_the_workers<T: Send + 'static>(
+    state: &Arc<AppState>,
+    work: impl FnOnce(&Ready) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let state = Arc::clone(state);
+    tokio::task::spawn_blocking(move || work(state.ready()?))
+        .await
+        .map_err(|e| ApiError::server(format!("preparing the request failed: {e}")))?
+}
 
 /// The server's routes over `state`, with bodies limited to `max_body_bytes`.
 pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {

@@ -10,13 +10,19 @@ use crate::api_error::ApiError;
 use crate::body::{fields, JsonObject};
 use crate::prompt::checked_id;
 use crate::protocol::request::{DetokenizeRequest, TokenizeRequest};
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
 
 pub async fn tokenize(State(state): State<Arc<AppState>>, JsonObject(body): JsonObject) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    state.ready()?;
     let request: TokenizeRequest = fields(&body)?;
+    let tokens = super::off_the_workers(&state, move |ready| Ok(tokens(ready, &request))).await?;
+    Ok(super::json(&json!({ "tokens": tokens })))
+}
+
+/// The ids of `request.content`, each with its piece when asked for.
+fn tokens(ready: &Ready, request: &TokenizeRequest) -> Vec<Value> {
     let ids = ready.tokenizer.encode(&request.content, request.add_special, request.parse_special);
-    let tokens: Vec<Value> = if request.with_pieces {
+    if request.with_pieces {
         ids.iter()
             .map(|&id| {
                 let bytes = ready.tokenizer.decode_token(id);
@@ -30,8 +36,7 @@ pub async fn tokenize(State(state): State<Arc<AppState>>, JsonObject(body): Json
             .collect()
     } else {
         ids.iter().map(|&id| json!(id)).collect()
-    };
-    Ok(super::json(&json!({ "tokens": tokens })))
+    }
 }
 
 pub async fn detokenize(
