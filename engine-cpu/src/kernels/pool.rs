@@ -7,16 +7,20 @@
 //! millisecond without work, so an idle engine does not burn its cores):
 //!
 //! ```text
-//! caller: job = {f, n_tasks}; epoch += 1 ──▶ workers see the new epoch
-//!         claims tasks (next.fetch_add) ◀──▶ workers claim tasks
-//!         waits until every worker checked out of the job (left == 0), returns
+//! caller: job = {f, n_tasks}; state = (epoch + 1, open, 0 joined) ──▶ workers see the epoch
+//!         claims tasks (next.fetch_add)      ◀──▶ a worker joins (joined += 1 while open),
+//!                                                 claims tasks, leaves (joined -= 1)
+//!         no task left: closes the job (state |= CLOSED), waits until joined == 0, returns
 //! ```
 //!
-//! Waiting for every worker to check out, not only for the tasks to finish, is what makes
-//! lending the caller's closure (on its stack) to the workers sound: no worker touches the
-//! job after `run` returns.
+//! Waiting for every worker that joined to leave, not only for the tasks to finish, is what
+//! makes lending the caller's closure (on its stack) to the workers sound: no worker touches
+//! the job after `run` returns. A worker that had not joined when the job closed never
+//! touches it, so the caller does not wait for threads the OS has not scheduled: when
+//! another process takes the cores, a job costs what its tasks cost on the threads that got
+//! to run, instead of a scheduler time slice per instruction waiting for every worker.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -56,13 +60,24 @@ impl Job<'_> {
     }
 }
 
+/// `Shared::state`: the job's epoch in the high 32 bits, then [`CLOSED`], then the number of
+/// workers inside the job in the low 31 bits.
+const EPOCH_SHIFT: u32 = 32;
+/// Set by the caller once every task is claimed: no worker may join after it.
+const CLOSED: u64 = 1 << 31;
+const JOINED: u64 = CLOSED - 1;
+
+fn epoch_of(state: u64) -> u64 {
+    state >> EPOCH_SHIFT
+}
+
 struct Shared {
-    /// Bumped once per job; workers compare it with the last one they ran.
-    epoch: AtomicUsize,
-    /// The current job (a `Job` on the caller's stack), valid while `left > 0`.
+    /// The current job's epoch, whether it is closed, and how many workers are inside it
+    /// (see [`CLOSED`]). Workers compare the epoch with the last one they saw.
+    state: AtomicU64,
+    /// The current job (a `Job` on the caller's stack), valid for a worker that joined it
+    /// until that worker leaves.
     job: AtomicPtr<Job<'static>>,
-    /// Workers that have not yet checked out of the current job.
-    left: AtomicUsize,
     /// Workers asleep on `wake`.
     sleeping: AtomicUsize,
     /// Set when a task panicked on a worker (a bug in a kernel): the caller re-raises it.
@@ -81,9 +96,8 @@ impl Pool {
     /// A pool of `threads` threads in all (the caller counts as one; `threads` ≥ 1).
     pub fn new(threads: usize) -> std::io::Result<Pool> {
         let shared = Arc::new(Shared {
-            epoch: AtomicUsize::new(0),
+            state: AtomicU64::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
-            left: AtomicUsize::new(0),
             sleeping: AtomicUsize::new(0),
             lock: Mutex::new(false),
             wake: Condvar::new(),
@@ -113,22 +127,27 @@ impl Pool {
         }
         let job = Job { f, n_tasks, next: AtomicUsize::new(0) };
         let s = &*self.shared;
-        s.left.store(self.workers.len(), Ordering::Relaxed);
-        // SAFETY: the pointer is only dereferenced by workers between the epoch bump below
-        // and their decrement of `left`; this function does not return (so `job` and `f`,
-        // which it borrows, stay alive) until `left` is back to 0. The lifetime is erased
-        // only to store the pointer in the shared atomic.
+        // SAFETY: the pointer is only dereferenced by a worker that joined this job (a
+        // successful increment of the joined count while the job is open, after the state
+        // below is published) and only until it leaves; this function closes the job and
+        // does not return (so `job` and `f`, which it borrows, stay alive) until no worker
+        // is inside. The lifetime is erased only to store the pointer in the shared atomic.
         let ptr = unsafe { std::mem::transmute::<*const Job<'_>, *mut Job<'static>>(&job) };
         s.job.store(ptr, Ordering::Release);
-        s.epoch.fetch_add(1, Ordering::SeqCst);
+        // The previous job is closed with nobody inside: a new epoch, open, none joined.
+        let epoch = epoch_of(s.state.load(Ordering::Relaxed)) + 1;
+        s.state.store(epoch << EPOCH_SHIFT, Ordering::SeqCst);
         if s.sleeping.load(Ordering::SeqCst) > 0 {
             let _guard = s.lock.lock().unwrap_or_else(|p| p.into_inner());
             s.wake.notify_all();
         }
         // The workers must check out before this frame unwinds, so a panic here waits too.
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.work()));
+        // Every task is claimed: close the job to workers that have not joined, and wait
+        // for those inside to finish theirs.
+        s.state.fetch_or(CLOSED, Ordering::SeqCst);
         let mut spins = 0u32;
-        while s.left.load(Ordering::Acquire) != 0 {
+        while s.state.load(Ordering::Acquire) & JOINED != 0 {
             wait_step(spins);
             spins = spins.saturating_add(1);
         }
@@ -185,7 +204,8 @@ impl Drop for Pool {
         }
         // A null job with a new epoch tells the workers to exit.
         self.shared.job.store(std::ptr::null_mut(), Ordering::Release);
-        self.shared.epoch.fetch_add(1, Ordering::SeqCst);
+        let epoch = epoch_of(self.shared.state.load(Ordering::Relaxed)) + 1;
+        self.shared.state.store(epoch << EPOCH_SHIFT, Ordering::SeqCst);
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
@@ -199,10 +219,10 @@ fn worker(s: &Shared) {
     let mut seen = 0;
     loop {
         let mut spins = 0u32;
-        let epoch = loop {
-            let e = s.epoch.load(Ordering::Acquire);
-            if e != seen {
-                break e;
+        let state = loop {
+            let state = s.state.load(Ordering::Acquire);
+            if epoch_of(state) != seen {
+                break state;
             }
             spins += 1;
             if spins < SPINS_BEFORE_SLEEP {
@@ -211,25 +231,44 @@ fn worker(s: &Shared) {
             }
             let mut stop = s.lock.lock().unwrap_or_else(|p| p.into_inner());
             s.sleeping.fetch_add(1, Ordering::SeqCst);
-            while s.epoch.load(Ordering::SeqCst) == seen && !*stop {
+            while epoch_of(s.state.load(Ordering::SeqCst)) == seen && !*stop {
                 stop = s.wake.wait(stop).unwrap_or_else(|p| p.into_inner());
             }
             s.sleeping.fetch_sub(1, Ordering::SeqCst);
             spins = 0;
         };
-        seen = epoch;
-        let ptr = s.job.load(Ordering::Acquire);
-        if ptr.is_null() {
+        seen = epoch_of(state);
+        if s.job.load(Ordering::Acquire).is_null() {
             return;
         }
-        // SAFETY: a non-null job pointer published with this epoch stays valid until this
-        // worker decrements `left` (see `Pool::run`).
+        if !join(s, state) {
+            continue; // closed before this thread got to it: the caller did the tasks
+        }
+        let ptr = s.job.load(Ordering::Acquire);
+        // SAFETY: this worker joined the open job of epoch `seen`, whose pointer was
+        // published before that epoch; it stays valid until the worker leaves below (see
+        // `Pool::run`).
         let job = unsafe { &*ptr };
-        // A panicking task must still check out, or the caller would wait forever.
+        // A panicking task must still leave, or the caller would wait forever.
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.work())).is_err() {
             s.panicked.store(true, Ordering::Relaxed);
         }
-        s.left.fetch_sub(1, Ordering::AcqRel);
+        s.state.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Enters the job of `state`'s epoch if it is still open: true when this worker is now
+/// counted inside it.
+fn join(s: &Shared, mut state: u64) -> bool {
+    let epoch = epoch_of(state);
+    loop {
+        if epoch_of(state) != epoch || state & CLOSED != 0 {
+            return false;
+        }
+        match s.state.compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => state = now,
+        }
     }
 }
 
@@ -262,6 +301,21 @@ mod tests {
             }
         });
         assert!(v.iter().enumerate().all(|(i, &x)| x == i + 1));
+    }
+
+    #[test]
+    fn jobs_stay_exact_when_workers_join_late_or_not_at_all() {
+        // More threads than cores: workers are often descheduled between seeing a job and
+        // joining it, so jobs close under them; every task must still run exactly once.
+        let pool = Pool::new(8).expect("threads");
+        for job in 0..20_000usize {
+            let n = 1 + job % 7;
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            pool.run(n, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "job {job}");
+        }
     }
 
     #[test]
