@@ -22,7 +22,7 @@
 //! `ROW_SCALE` specialization, which sums each row as one exact i32.
 
 use purebee_isa::ops::BitLinear;
-use purebee_memory::DType;
+use purebee_memory::{DType, TensorId};
 
 use super::layout::ternary_scales;
 use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
@@ -52,13 +52,34 @@ fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "BITLINEAR", what: format!("{what} beyond 32-bit indexing") }
 }
 
-pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, GpuError> {
+/// What a fused product does with its outputs besides (or instead of) writing them: the
+/// residual TENSOR_ADD `sum = residual + out` (`residual_add.wgsl`; see `fuse.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Epilogue {
+    /// The residual operand `r` of the add.
+    pub residual: TensorId,
+    /// The add's output `o` (may be `residual`).
+    pub sum: TensorId,
+    /// Whether the BITLINEAR's own output must still be written.
+    pub write_out: bool,
+}
+
+/// The shapes and uniform parameters of one BITLINEAR; `None` when it has no output
+/// element (nothing to dispatch).
+struct Dims {
+    n: usize,
+    k: usize,
+    params: Params,
+    row_scale: u32,
+}
+
+fn dims(ctx: &RecordCtx, b: &BitLinear) -> Result<Option<Dims>, GpuError> {
     let w = ctx.desc(b.weight)?;
     let (m, k) = (w.shape.rows(), w.shape.cols());
     // Tokens from the output [n, m] (x is [n, k], and k may be 0).
     let n = ctx.desc(b.out)?.shape.numel().checked_div(m).unwrap_or(0);
     if m == 0 || n == 0 {
-        return Ok(vec![]);
+        return Ok(None);
     }
     let scales = ternary_scales(w.dtype, k)
         .ok_or_else(|| GpuError::Unsupported { op: "BITLINEAR", what: format!("{} weights", w.dtype) })?;
@@ -74,23 +95,54 @@ pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, 
         words: u(k / super::layout::CODES_PER_WORD, "the row length")?,
         _pad: [0; 3],
     };
-    let bytes = bytemuck::bytes_of(&params).to_vec();
-    let subgroups = ctx.caps.subgroups;
-    let shader = if subgroups { Shader::BitlinearSubgroup } else { Shader::Bitlinear };
-    let acts = Storage::Scratch(ScratchKey::BitlinearActivations, (n * k) as u64);
-    let act_scales = Storage::Scratch(ScratchKey::BitlinearScales, 4 * n as u64);
-    let row_scale = u32::from(w.dtype == DType::I2_S);
+    Ok(Some(Dims { n, k, params, row_scale: u32::from(w.dtype == DType::I2_S) }))
+}
 
-    let quantize = KernelCall {
+/// The scratch buffers of the int8 activations and their scales, for `n` rows of `k`.
+pub(crate) fn scratch(n: usize, k: usize) -> (Storage, Storage) {
+    (
+        Storage::Scratch(ScratchKey::BitlinearActivations, (n * k) as u64),
+        Storage::Scratch(ScratchKey::BitlinearScales, 4 * n as u64),
+    )
+}
+
+/// The two dispatches of one BITLINEAR: `quantize`, then the product.
+pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, GpuError> {
+    let mut calls: Vec<KernelCall> = quantize(ctx, b)?.into_iter().collect();
+    calls.extend(product(ctx, b, None)?);
+    Ok(calls)
+}
+
+/// The `quantize` dispatch of a BITLINEAR: its `x` into the activation scratch buffers.
+pub(crate) fn quantize(ctx: &RecordCtx, b: &BitLinear) -> Result<Option<KernelCall>, GpuError> {
+    let Some(d) = dims(ctx, b)? else { return Ok(None) };
+    let shader = if ctx.caps.subgroups { Shader::BitlinearSubgroup } else { Shader::Bitlinear };
+    let (acts, act_scales) = scratch(d.n, d.k);
+    Ok(Some(KernelCall {
         key: PipelineKey { shader, entry: "quantize", constants: vec![("WG", WG)] },
-        params: bytes.clone(),
+        params: bytemuck::bytes_of(&d.params).to_vec(),
         storage: vec![(1, Storage::Tensor(b.x, 0)), (5, acts), (6, act_scales)],
-        workgroups: ctx.grid_1d(n, 1),
-    };
+        workgroups: ctx.grid_1d(d.n, 1),
+    }))
+}
+
+/// The product dispatch of a BITLINEAR (`gemv` for one token, `tiled` for several), reading
+/// the activation scratch buffers an earlier `quantize` (or fused norm + quantization) of
+/// the same `x` filled; with `epilogue`, the fused residual add.
+pub(crate) fn product(
+    ctx: &RecordCtx,
+    b: &BitLinear,
+    epilogue: Option<Epilogue>,
+) -> Result<Option<KernelCall>, GpuError> {
+    let Some(d) = dims(ctx, b)? else { return Ok(None) };
+    let (n, m) = (d.n, d.params.m as usize);
+    let bytes = bytemuck::bytes_of(&d.params).to_vec();
+    let subgroups = ctx.caps.subgroups;
+    let (acts, act_scales) = scratch(n, d.k);
     // Without an output scale, the weight's scales stand in at binding 4 (read-only, unread).
     let out_scale = b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0));
-    let constants = vec![("WG", WG), ("ROW_SCALE", row_scale), ("HAS_SCALE", u32::from(b.scale.is_some()))];
-    let storage = vec![
+    let mut constants = vec![("WG", WG), ("ROW_SCALE", d.row_scale), ("HAS_SCALE", u32::from(b.scale.is_some()))];
+    let mut storage = vec![
         (2, Storage::Tensor(b.weight, 0)),
         (3, Storage::Tensor(b.weight, 1)),
         (4, out_scale),
@@ -98,9 +150,23 @@ pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, 
         (6, act_scales),
         (7, Storage::Tensor(b.out, 0)),
     ];
+    let (portable, subgroup) = match epilogue {
+        None => (Shader::Bitlinear, Shader::BitlinearSubgroup),
+        Some(e) => {
+            let inplace = e.sum == e.residual;
+            // In place, the weight's codes stand in at binding 8 (read-only, unread).
+            let residual = if inplace { Storage::Tensor(b.weight, 0) } else { Storage::Tensor(e.residual, 0) };
+            storage.push((8, residual));
+            storage.push((9, Storage::Tensor(e.sum, 0)));
+            constants.push(("WRITE_OUT", u32::from(e.write_out)));
+            constants.push(("RES_INPLACE", u32::from(inplace)));
+            (Shader::BitlinearAdd, Shader::BitlinearAddSubgroup)
+        }
+    };
+    let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
     let product = if n == 1 {
         KernelCall {
-            key: PipelineKey { shader, entry: "gemv", constants },
+            key: PipelineKey { shader: if subgroups { subgroup } else { portable }, entry: "gemv", constants },
             params: bytes,
             storage,
             workgroups: ctx.grid_1d(m, 1),
@@ -112,13 +178,13 @@ pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, 
             return Err(too_large("the token count"));
         }
         KernelCall {
-            key: PipelineKey { shader: Shader::Bitlinear, entry: "tiled", constants },
+            key: PipelineKey { shader: portable, entry: "tiled", constants },
             params: bytes,
             storage,
             workgroups,
         }
     };
-    Ok(vec![quantize, product])
+    Ok(Some(product))
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 // scaling y = Σ_b d_b · isum_b / s (× scale[0]); see isa/src/ops/bitlinear.rs.
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
-// act_quant.wgsl (abs_bits, act_scale_bits, quantize1).
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1); followed by the file that defines
+// store_out(i, v), what the products do with output element i: bitlinear_store.wgsl (write
+// it to `out`) or residual_add.wgsl (the fused residual TENSOR_ADD epilogue).
 //
 // Entry points (one BITLINEAR is `quantize`, then `gemv` or `tiled`):
 // - quantize: one workgroup per row of x. The row's absolute maximum as an integer maximum of
@@ -130,7 +132,7 @@ fn gemv(ids: Ids) {
         y = reduce_add_f32(facc, ids);
     }
     if (row < p.m && ids.lidx == 0u) {
-        out[tok * p.m + row] = finish(y, tok);
+        store_out(tok * p.m + row, finish(y, tok));
     }
 }
 
@@ -214,7 +216,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
                 } else {
                     y = facc[2u * i + j];
                 }
-                out[t * p.m + r] = finish(y, t);
+                store_out(t * p.m + r, finish(y, t));
             }
         }
     }

@@ -13,6 +13,7 @@ pub(crate) mod embed;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
 pub(crate) mod linear;
+pub(crate) mod norm_quant;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod row_reduce;
@@ -62,6 +63,15 @@ pub(crate) enum Shader {
     KvWrite,
     /// `attention.wgsl`: ATTENTION.
     Attention,
+    /// `bitlinear.wgsl` with the `residual_add.wgsl` epilogue (fused BITLINEAR +
+    /// TENSOR_ADD), portable reductions.
+    BitlinearAdd,
+    /// `bitlinear.wgsl` with the `residual_add.wgsl` epilogue, subgroup reductions.
+    BitlinearAddSubgroup,
+    /// `norm_quant.wgsl` (fused RMS_NORM + BITLINEAR quantization), portable reductions.
+    NormQuant,
+    /// `norm_quant.wgsl`, subgroup reductions.
+    NormQuantSubgroup,
 }
 
 impl Shader {
@@ -83,6 +93,10 @@ impl Shader {
             Shader::Rope => "rope.wgsl",
             Shader::KvWrite => "kv_write.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::BitlinearAdd => "bitlinear.wgsl+residual_add.wgsl",
+            Shader::BitlinearAddSubgroup => "bitlinear.wgsl+residual_add.wgsl (subgroups)",
+            Shader::NormQuant => "norm_quant.wgsl",
+            Shader::NormQuantSubgroup => "norm_quant.wgsl (subgroups)",
         }
     }
 
@@ -110,15 +124,39 @@ impl Shader {
             Shader::Bitlinear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
-                include_str!("bitlinear.wgsl")
+                include_str!("bitlinear.wgsl"),
+                include_str!("bitlinear_store.wgsl")
             ),
             Shader::BitlinearSubgroup => {
                 concat!(
                     include_str!("reduce_subgroup.wgsl"),
                     include_str!("act_quant.wgsl"),
-                    include_str!("bitlinear.wgsl")
+                    include_str!("bitlinear.wgsl"),
+                    include_str!("bitlinear_store.wgsl")
                 )
             }
+            Shader::BitlinearAdd => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::BitlinearAddSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::NormQuant => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("norm_quant.wgsl")
+            ),
+            Shader::NormQuantSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("norm_quant.wgsl")
+            ),
             Shader::Rope => include_str!("rope.wgsl"),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
             Shader::Attention => include_str!("attention.wgsl"),
@@ -148,8 +186,10 @@ pub(crate) enum Storage {
 /// request of that key among the program's dispatches; every dispatch naming the key binds
 /// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
 /// reads what an earlier dispatch of the same instruction wrote (the one just before it, or
-/// for a LINEAR over several row windows, its one rounding dispatch before them all), so
-/// sharing one buffer between instructions is safe. Nothing is allocated when the program
+/// for a LINEAR over several row windows, its one rounding dispatch before them all), or of
+/// the same fused group (`fuse.rs`: one quantization read by the products of every
+/// BITLINEAR in the group, with no other dispatch between), so sharing one buffer between
+/// instructions is safe. Nothing is allocated when the program
 /// runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ScratchKey {

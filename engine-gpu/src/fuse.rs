@@ -1,0 +1,503 @@
+//! The fusion pass of the compiler: which ranges of a program's instructions become one
+//! group of kernel calls instead of each instruction's own.
+//!
+//! Why: the compiler otherwise maps every instruction to its own kernels, one to one, so a
+//! BitNet layer re-quantizes the same normed activations for q, k and v (and again for gate
+//! and up), writes every intermediate to memory although only the next kernel reads it,
+//! and pays a dispatch for each. On a real GPU the dispatch count, not the bandwidth, is
+//! the wall for decode (issue 10).
+//!
+//! The pass reads the instruction list once and returns a [`Plan`]: a list of [`Unit`]s
+//! covering every instruction in order, each either one instruction on the unfused path or
+//! a fused group. Every pattern it matches is a variant of [`Pattern`], with the conditions
+//! under which it applies; anything else (and every instruction of a candidate group whose
+//! preconditions fail) stays on the one-instruction path, so a program the pass cannot fuse
+//! runs unfused, never wrong. `GpuOptions::fuse = false` (or `PUREBEE_GPU_NO_FUSE=1`) turns
+//! the pass off.
+//!
+//! **Dead intermediates.** A fused kernel holds some values in registers that the unfused
+//! program writes to a tensor: the normed rows of a fused RMS_NORM, a BITLINEAR's output
+//! that the fused residual add consumes. Such a write is skipped (a `WRITE_OUT = 0`
+//! specialization) when it is *dead* by a rule that needs no knowledge of what the host
+//! reads: the write of tensor T by instruction i is dead when a later instruction j of the
+//! same program fully overwrites T (any instruction whose output is T, GRID_ALLOC,
+//! GRID_WRITE; not KV_WRITE, which writes part of its cache) or FREEs it, and no instruction
+//! between i and j, nor j itself, reads T, except the instructions of the fused group whose
+//! reads of T the group serves from registers. (An in-place instruction reading T counts as
+//! a read.) The last write of a tensor in a program is therefore always kept: the host may
+//! read any tensor after a run.
+
+use std::ops::Range;
+
+use purebee_isa::ops::{Binary, BitLinear, RmsNorm};
+use purebee_isa::Instruction;
+use purebee_memory::{DType, TensorId};
+
+use crate::kernels::bitlinear::{self, Epilogue};
+use crate::kernels::{norm_quant, KernelCall, RecordCtx};
+use crate::GpuError;
+
+/// The patterns the pass matches. A fused group may combine several (a BitNet block norm
+/// followed by q, k and v is [`Pattern::NormQuantization`] and
+/// [`Pattern::SharedQuantization`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Pattern {
+    /// Consecutive BITLINEARs that read the same `x`: its int8 quantization (`quantize`,
+    /// or the fused norm below) is computed once, into the activation scratch buffers, and
+    /// every BITLINEAR's product reads it. Sound because no BITLINEAR writes its own `x`
+    /// (the ISA requires `out` distinct from the inputs), so `x` is unchanged between them,
+    /// and the quantization depends on `x` alone. (BitNet: q/k/v; gate/up.)
+    SharedQuantization,
+    /// RMS_NORM(h, x) immediately followed by BITLINEARs reading `h` (also in place,
+    /// `h == x`: the BitNet sub-norms): one `norm_quant.wgsl` dispatch normalizes each row
+    /// and quantizes it, bit-identical to RMS_NORM then `quantize`; `h` is written only when
+    /// that write is not dead. Needs `h`'s row length to be a non-zero multiple of 4 (a
+    /// BITLINEAR's `k` is a multiple of 128).
+    NormQuantization,
+    /// BITLINEAR(p, ·) immediately followed by TENSOR_ADD(o, r, p) or TENSOR_ADD(o, p, r),
+    /// `r ≠ p`, `o ≠ p`: the add as the epilogue of the product kernel
+    /// (`residual_add.wgsl`), each output element read and written by the one invocation
+    /// that computes it (so `o == r`, the in-place residual, is safe); `p` is written only
+    /// when that write is not dead. Needs `o` to differ from the weight and the output
+    /// scale (bound read-only by the product), and the device to allow 8 storage buffers
+    /// per stage. (The product reads only the scratch activations, so `o` or `r` may be the
+    /// quantized tensor; when `r` is a fused norm's output, the dead-store rule sees the
+    /// add read it and keeps the norm's write.)
+    ResidualEpilogue,
+}
+
+/// A fused RMS_NORM at the head of a [`QuantGroup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NormPart {
+    pub index: usize,
+    /// Whether the normed tensor is written (its write is not dead).
+    pub write_out: bool,
+}
+
+/// A TENSOR_ADD fused into the last product of a [`QuantGroup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AddPart {
+    pub index: usize,
+    pub epilogue: Epilogue,
+}
+
+/// Consecutive instructions that share one activation quantization: an optional RMS_NORM,
+/// one or more BITLINEARs reading the same tensor, and an optional residual add after the
+/// last of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QuantGroup {
+    pub norm: Option<NormPart>,
+    pub linears: Vec<usize>,
+    pub add: Option<AddPart>,
+}
+
+impl QuantGroup {
+    /// The instructions the group covers.
+    pub fn range(&self) -> Range<usize> {
+        let first = self.norm.map_or(self.linears[0], |n| n.index);
+        let last = self.add.map_or(self.linears[self.linears.len() - 1], |a| a.index);
+        first..last + 1
+    }
+
+    /// The patterns the group applies.
+    pub fn patterns(&self) -> Vec<Pattern> {
+        let mut p = Vec::new();
+        if self.linears.len() > 1 {
+            p.push(Pattern::SharedQuantization);
+        }
+        if self.norm.is_some() {
+            p.push(Pattern::NormQuantization);
+        }
+        if self.add.is_some() {
+            p.push(Pattern::ResidualEpilogue);
+        }
+        p
+    }
+}
+
+/// One step of a [`Plan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// One instruction on the unfused path (`kernels::record`, or the compiler's own
+    /// handling of memory instructions).
+    Single(usize),
+    /// A fused group.
+    Quant(QuantGroup),
+}
+
+/// The fusion plan of a program: units covering every instruction once, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub units: Vec<Unit>,
+}
+
+impl Plan {
+    /// Every instruction on its own (fusion off).
+    pub fn unfused(len: usize) -> Plan {
+        Plan { units: (0..len).map(Unit::Single).collect() }
+    }
+
+    /// The patterns applied, one entry per group and pattern, in program order.
+    #[cfg(test)]
+    pub fn patterns(&self) -> Vec<Pattern> {
+        self.units
+            .iter()
+            .flat_map(|u| match u {
+                Unit::Quant(g) => g.patterns(),
+                Unit::Single(_) => vec![],
+            })
+            .collect()
+    }
+}
+
+/// What the pass needs to know about the device and the tensors.
+pub(crate) struct Limits {
+    /// `max_storage_buffers_per_shader_stage`.
+    pub max_storage_buffers: u32,
+}
+
+/// Storage buffers the residual-add product binds (bindings 2..=9).
+const ADD_STORAGE_BUFFERS: u32 = 8;
+
+/// Plans the fusion of `instructions` (see the module docs).
+pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction]) -> Plan {
+    let mut units = Vec::new();
+    let mut i = 0;
+    while i < instructions.len() {
+        match group_at(ctx, limits, instructions, i) {
+            Some(g) => {
+                let r = g.range();
+                units.push(Unit::Quant(g));
+                i = r.end;
+            }
+            None => {
+                units.push(Unit::Single(i));
+                i += 1;
+            }
+        }
+    }
+    Plan { units }
+}
+
+/// The kernel calls of a fused group.
+pub(crate) fn record(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    g: &QuantGroup,
+) -> Result<Vec<KernelCall>, GpuError> {
+    let bitlinear_at = |i: usize| match instructions.get(i) {
+        Some(Instruction::BitLinear(b)) => Ok(b),
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not a BITLINEAR"))),
+    };
+    let mut calls = Vec::new();
+    match g.norm {
+        Some(n) => {
+            let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
+                return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
+            };
+            calls.extend(norm_quant::record(ctx, norm, n.write_out)?);
+        }
+        None => calls.extend(bitlinear::quantize(ctx, bitlinear_at(g.linears[0])?)?),
+    }
+    for (j, &li) in g.linears.iter().enumerate() {
+        let epilogue = if j + 1 == g.linears.len() { g.add.map(|a| a.epilogue) } else { None };
+        calls.extend(bitlinear::product(ctx, bitlinear_at(li)?, epilogue)?);
+    }
+    Ok(calls)
+}
+
+/// The tensor an instruction fully overwrites or frees, if any.
+fn killed(i: &Instruction) -> Option<TensorId> {
+    match i {
+        Instruction::GridAlloc(a) => Some(a.tensor),
+        Instruction::GridWrite(w) => Some(w.tensor),
+        Instruction::Free(f) => Some(f.tensor),
+        Instruction::Sync | Instruction::KvWrite(_) => None,
+        Instruction::Embed(o) => Some(o.out),
+        Instruction::RmsNorm(o) => Some(o.out),
+        Instruction::Linear(o) => Some(o.out),
+        Instruction::BitLinear(o) => Some(o.out),
+        Instruction::TensorAdd(o) | Instruction::ElementMul(o) => Some(o.out),
+        Instruction::Silu(o) | Instruction::Relu2(o) | Instruction::Gelu(o) => Some(o.out),
+        Instruction::Softmax(o) => Some(o.out),
+        Instruction::Rope(o) => Some(o.out),
+        Instruction::Attention(o) => Some(o.out),
+        Instruction::Argmax(o) => Some(o.out),
+    }
+}
+
+/// Whether an instruction reads `t` (in-place instructions read their output; KV_WRITE is
+/// taken to read its cache, which it writes only in part).
+fn reads(i: &Instruction, t: TensorId) -> bool {
+    match i {
+        Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => false,
+        Instruction::KvWrite(k) => k.cache == t || k.src == t,
+        other => {
+            let ops = other.operands();
+            // operands() lists the output first, then the inputs.
+            ops.iter().skip(1).any(|&id| id == t)
+        }
+    }
+}
+
+/// The dead-store rule (module docs): whether the write of `t` by instruction `at` is dead,
+/// the reads of `t` by the instructions in `served` being served from registers.
+pub(crate) fn write_is_dead(instructions: &[Instruction], at: usize, t: TensorId, served: &[usize]) -> bool {
+    for (j, i) in instructions.iter().enumerate().skip(at + 1) {
+        if !served.contains(&j) && reads(i, t) {
+            return false;
+        }
+        if killed(i) == Some(t) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The bytes of an F32 tensor, or `None` when it is not one.
+fn f32_bytes(ctx: &RecordCtx, id: TensorId) -> Option<u64> {
+    let d = ctx.desc(id).ok()?;
+    (d.dtype == DType::F32).then(|| d.shape.numel() as u64 * 4)
+}
+
+/// Whether the F32 tensor fits one binding (windowed tensors are not fused).
+fn fits(ctx: &RecordCtx, id: TensorId) -> bool {
+    f32_bytes(ctx, id).is_some_and(|b| b <= ctx.max_binding)
+}
+
+/// Whether RMS_NORM `n` can be fused with the quantization of its output.
+fn norm_fusable(ctx: &RecordCtx, n: &RmsNorm) -> bool {
+    let Ok(d) = ctx.desc(n.x) else { return false };
+    let (rows, cols) = (d.shape.rows(), d.shape.cols());
+    rows > 0
+        && cols > 0
+        && cols.is_multiple_of(4)
+        && rows.checked_mul(cols).is_some_and(|e| u32::try_from(e).is_ok())
+        && fits(ctx, n.x)
+        && fits(ctx, n.out)
+        && fits(ctx, n.weight)
+}
+
+/// The residual operand of `add` when it can be the epilogue of BITLINEAR `b`.
+fn epilogue_of(ctx: &RecordCtx, limits: &Limits, b: &BitLinear, add: &Binary) -> Option<TensorId> {
+    if limits.max_storage_buffers < ADD_STORAGE_BUFFERS {
+        return None;
+    }
+    let r = match (add.a == b.out, add.b == b.out) {
+        (true, false) => add.b,
+        (false, true) => add.a,
+        _ => return None,
+    };
+    let mut bound_read_only = [b.weight].into_iter().chain(b.scale);
+    let ok = add.out != b.out
+        && !bound_read_only.any(|id| id == add.out)
+        && fits(ctx, r)
+        && fits(ctx, add.out)
+        && fits(ctx, b.out);
+    ok.then_some(r)
+}
+
+/// The fused group starting at instruction `i`, if one does and fuses anything.
+fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<QuantGroup> {
+    let (norm, first) = match instructions.get(i)? {
+        Instruction::RmsNorm(n) if norm_fusable(ctx, n) => match instructions.get(i + 1) {
+            Some(Instruction::BitLinear(b)) if b.x == n.out => (Some((i, n)), i + 1),
+            _ => return None,
+        },
+        Instruction::BitLinear(_) => (None, i),
+        _ => return None,
+    };
+    let Some(Instruction::BitLinear(b0)) = instructions.get(first) else { return None };
+    let x = b0.x;
+    let mut linears = vec![first];
+    let mut j = first + 1;
+    while let Some(Instruction::BitLinear(b)) = instructions.get(j) {
+        if b.x != x {
+            break;
+        }
+        linears.push(j);
+        j += 1;
+    }
+    let last = linears[linears.len() - 1];
+    let Some(Instruction::BitLinear(bl)) = instructions.get(last) else { return None };
+    let add = match instructions.get(j) {
+        Some(Instruction::TensorAdd(a)) => epilogue_of(ctx, limits, bl, a).map(|residual| AddPart {
+            index: j,
+            epilogue: Epilogue { residual, sum: a.out, write_out: !write_is_dead(instructions, last, bl.out, &[j]) },
+        }),
+        _ => None,
+    };
+    let norm =
+        norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
+    let g = QuantGroup { norm, linears, add };
+    (!g.patterns().is_empty()).then_some(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Capabilities;
+    use purebee_isa::{Program, ProgramBuilder};
+    use purebee_memory::Registry;
+
+    fn ctx(reg: &Registry) -> RecordCtx<'_> {
+        RecordCtx { reg, caps: Capabilities::default(), max_workgroups: 65535, max_binding: 1 << 27 }
+    }
+
+    const LIMITS: Limits = Limits { max_storage_buffers: 8 };
+
+    /// A BitNet layer as runtime/src/forward.rs writes it (without the attention part's
+    /// ROPE/KV_WRITE/ATTENTION, which the pass leaves alone: `att` stands in), repeated
+    /// `layers` times; returns the program and the registry.
+    fn bitnet_layers(layers: usize) -> (Program, Registry) {
+        let mut reg = Registry::new();
+        let (d, ff) = (128, 256);
+        let t = DType::I2_S;
+        let mut b = ProgramBuilder::new("layer", &mut reg);
+        let f = DType::F32;
+        let x = b.declare("x", f, &[1, d]).expect("valid");
+        let h = b.declare("h", f, &[1, d]).expect("valid");
+        let q = b.declare("q", f, &[1, d]).expect("valid");
+        let k = b.declare("k", f, &[1, d]).expect("valid");
+        let v = b.declare("v", f, &[1, d]).expect("valid");
+        let att = b.declare("att", f, &[1, d]).expect("valid");
+        let proj = b.declare("proj", f, &[1, d]).expect("valid");
+        let gate = b.declare("gate", f, &[1, ff]).expect("valid");
+        let up = b.declare("up", f, &[1, ff]).expect("valid");
+        let nw = b.declare("nw", f, &[d]).expect("valid");
+        let fw = b.declare("fw", f, &[ff]).expect("valid");
+        let wd = b.declare("wd", t, &[d, d]).expect("valid");
+        let wu = b.declare("wu", t, &[ff, d]).expect("valid");
+        let wdn = b.declare("wdn", t, &[d, ff]).expect("valid");
+        for _ in 0..layers {
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            b.bitlinear(q, h, wd, None).expect("valid");
+            b.bitlinear(k, h, wd, None).expect("valid");
+            b.bitlinear(v, h, wd, None).expect("valid");
+            b.add(att, q, k).expect("valid"); // stands in for ROPE .. ATTENTION (reads q, k)
+            b.rms_norm(att, att, nw, 1e-5).expect("valid");
+            b.bitlinear(proj, att, wd, None).expect("valid");
+            b.add(x, x, proj).expect("valid");
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            b.bitlinear(gate, h, wu, None).expect("valid");
+            b.bitlinear(up, h, wu, None).expect("valid");
+            b.relu2(gate, gate).expect("valid");
+            b.mul(gate, gate, up).expect("valid");
+            b.rms_norm(gate, gate, fw, 1e-5).expect("valid");
+            b.bitlinear(proj, gate, wdn, None).expect("valid");
+            b.add(x, x, proj).expect("valid");
+        }
+        (b.finish(), reg)
+    }
+
+    #[test]
+    fn a_bitnet_layer_matches_every_pattern() {
+        let (p, reg) = bitnet_layers(2);
+        let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+        use Pattern::*;
+        // Per group: SharedQuantization, NormQuantization, ResidualEpilogue.
+        let mut want = Vec::new();
+        for _ in 0..2 {
+            want.extend([
+                SharedQuantization,
+                NormQuantization,
+                NormQuantization,
+                ResidualEpilogue,
+                SharedQuantization,
+                NormQuantization,
+                NormQuantization,
+                ResidualEpilogue,
+            ]);
+        }
+        assert_eq!(plan.patterns(), want);
+        // Units per layer: 4 groups + ADD(att) + RELU2 + MUL = 7.
+        assert_eq!(plan.units.len(), 14);
+    }
+
+    #[test]
+    fn dead_stores_follow_the_rule() {
+        let (p, reg) = bitnet_layers(2);
+        let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+        let groups: Vec<&QuantGroup> = plan
+            .units
+            .iter()
+            .filter_map(|u| match u {
+                Unit::Quant(g) => Some(g),
+                Unit::Single(_) => None,
+            })
+            .collect();
+        assert_eq!(groups.len(), 8);
+        let norm_writes: Vec<bool> = groups.iter().map(|g| g.norm.is_some_and(|n| n.write_out)).collect();
+        // Layer 1: h dead (the FFN norm overwrites it), att dead (layer 2's ADD(att) writes
+        // it), h dead, gate dead (layer 2's gate BITLINEAR). Layer 2: h dead (FFN norm),
+        // att kept (last write), h kept (last write), gate kept (last write).
+        assert_eq!(norm_writes, [false, false, false, false, false, true, true, true]);
+        let proj_writes: Vec<bool> = groups.iter().filter_map(|g| g.add.map(|a| a.epilogue.write_out)).collect();
+        // proj: overwritten by the next BITLINEAR(proj) each time except the very last.
+        assert_eq!(proj_writes, [false, false, false, true]);
+    }
+
+    #[test]
+    fn a_read_between_keeps_the_write() {
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("p", &mut reg);
+        let f = DType::F32;
+        let x = b.declare("x", f, &[2, 128]).expect("valid");
+        let h = b.declare("h", f, &[2, 128]).expect("valid");
+        let y = b.declare("y", f, &[2, 128]).expect("valid");
+        let nw = b.declare("nw", f, &[128]).expect("valid");
+        let w = b.declare("w", DType::I2_S, &[128, 128]).expect("valid");
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        b.bitlinear(y, h, w, None).expect("valid");
+        b.relu2(y, h).expect("valid"); // reads h: its write is live
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        b.bitlinear(y, h, w, None).expect("valid");
+        b.free(h).expect("valid"); // then h dies
+        let p = b.finish();
+        let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+        let writes: Vec<bool> = plan
+            .units
+            .iter()
+            .filter_map(|u| match u {
+                Unit::Quant(g) => g.norm.map(|n| n.write_out),
+                Unit::Single(_) => None,
+            })
+            .collect();
+        assert_eq!(writes, [true, false]);
+        // The last write of a tensor is kept: y's, with nothing after it.
+        assert!(!write_is_dead(p.instructions(), 4, y, &[]));
+    }
+
+    #[test]
+    fn unfusable_programs_stay_unfused() {
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("p", &mut reg);
+        let f = DType::F32;
+        let x = b.declare("x", f, &[1, 128]).expect("valid");
+        let h = b.declare("h", f, &[1, 128]).expect("valid");
+        let y = b.declare("y", f, &[1, 128]).expect("valid");
+        let nw = b.declare("nw", f, &[128]).expect("valid");
+        let wf = b.declare("wf", f, &[128, 128]).expect("valid");
+        // Llama-style: RMS_NORM then LINEAR, then an add: nothing to fuse.
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        b.linear(y, h, wf).expect("valid");
+        b.add(x, x, y).expect("valid");
+        let p = b.finish();
+        let pl = plan(&ctx(&reg), &LIMITS, p.instructions());
+        assert_eq!(pl, Plan::unfused(3));
+        // A device with too few storage buffers: no residual epilogue.
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("p", &mut reg);
+        let x = b.declare("x", f, &[1, 128]).expect("valid");
+        let y = b.declare("y", f, &[1, 128]).expect("valid");
+        let w = b.declare("w", DType::I2_S, &[128, 128]).expect("valid");
+        b.bitlinear(y, x, w, None).expect("valid");
+        b.add(x, x, y).expect("valid");
+        let p = b.finish();
+        assert_eq!(plan(&ctx(&reg), &Limits { max_storage_buffers: 7 }, p.instructions()), Plan::unfused(2));
+        assert_eq!(plan(&ctx(&reg), &LIMITS, p.instructions()).patterns(), [Pattern::ResidualEpilogue]);
+        // A binding cap below the residual's size: unfused.
+        let small = RecordCtx { max_binding: 256, ..ctx(&reg) };
+        assert_eq!(plan(&small, &LIMITS, p.instructions()), Plan::unfused(2));
+    }
+}
