@@ -34,6 +34,7 @@ use purebee_isa::Instruction;
 use purebee_memory::{DType, TensorId};
 
 use crate::kernels::bitlinear::{self, Epilogue};
+use crate::kernels::elementwise::UnaryOp;
 use crate::kernels::{norm_quant, KernelCall, RecordCtx};
 use crate::GpuError;
 
@@ -64,6 +65,16 @@ pub(crate) enum Pattern {
     /// quantized tensor; when `r` is a fused norm's output, the dead-store rule sees the
     /// add read it and keeps the norm's write.)
     ResidualEpilogue,
+    /// BITLINEAR(u, ·) (the last of its group: gate and up share the quantization)
+    /// immediately followed by ACT(g, g) (SILU, RELU2 or GELU, in place) and
+    /// ELEMENT_MUL(g, g, u) or ELEMENT_MUL(g, u, g), `g ≠ u`: the activation and the
+    /// multiply as the epilogue of u's product kernel (`act_mul.wgsl`), each element of g
+    /// read and written by the one invocation that computes u's element, with the
+    /// elementwise kernels' own operations (bit-identical); u is written only when that
+    /// write is not dead. Needs g to differ from the weight and the output scale (bound
+    /// read-only by the product). (BitNet: gate/up + RELU2 + ELEMENT_MUL; Llama-shaped
+    /// ternary models: SILU.)
+    ActMulEpilogue,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -74,28 +85,30 @@ pub(crate) struct NormPart {
     pub write_out: bool,
 }
 
-/// A TENSOR_ADD fused into the last product of a [`QuantGroup`].
+/// The instructions fused into the last product of a [`QuantGroup`] (a TENSOR_ADD, or an
+/// activation and an ELEMENT_MUL), as its epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct AddPart {
-    pub index: usize,
+pub(crate) struct TailPart {
+    /// The last instruction absorbed.
+    pub last: usize,
     pub epilogue: Epilogue,
 }
 
 /// Consecutive instructions that share one activation quantization: an optional RMS_NORM,
-/// one or more BITLINEARs reading the same tensor, and an optional residual add after the
-/// last of them.
+/// one or more BITLINEARs reading the same tensor, and an optional epilogue (a residual
+/// add, or an activation and a multiply) after the last of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct QuantGroup {
     pub norm: Option<NormPart>,
     pub linears: Vec<usize>,
-    pub add: Option<AddPart>,
+    pub tail: Option<TailPart>,
 }
 
 impl QuantGroup {
     /// The instructions the group covers.
     pub fn range(&self) -> Range<usize> {
         let first = self.norm.map_or(self.linears[0], |n| n.index);
-        let last = self.add.map_or(self.linears[self.linears.len() - 1], |a| a.index);
+        let last = self.tail.map_or(self.linears[self.linears.len() - 1], |a| a.last);
         first..last + 1
     }
 
@@ -108,8 +121,10 @@ impl QuantGroup {
         if self.norm.is_some() {
             p.push(Pattern::NormQuantization);
         }
-        if self.add.is_some() {
-            p.push(Pattern::ResidualEpilogue);
+        match self.tail.map(|t| t.epilogue) {
+            Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
+            Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
+            None => {}
         }
         p
     }
@@ -200,7 +215,7 @@ pub(crate) fn record(
         None => calls.extend(bitlinear::quantize(ctx, bitlinear_at(g.linears[0])?)?),
     }
     for (j, &li) in g.linears.iter().enumerate() {
-        let epilogue = if j + 1 == g.linears.len() { g.add.map(|a| a.epilogue) } else { None };
+        let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
         calls.extend(bitlinear::product(ctx, bitlinear_at(li)?, epilogue)?);
     }
     Ok(calls)
@@ -297,6 +312,21 @@ fn epilogue_of(ctx: &RecordCtx, limits: &Limits, b: &BitLinear, add: &Binary) ->
     ok.then_some(r)
 }
 
+/// The gate tensor and the activation when `act` then `mul` can be the epilogue of
+/// BITLINEAR `b` (pattern [`Pattern::ActMulEpilogue`]).
+fn act_mul_of(ctx: &RecordCtx, b: &BitLinear, act: &Instruction, mul: &Binary) -> Option<(TensorId, UnaryOp)> {
+    let (op, a) = match act {
+        Instruction::Silu(a) => (UnaryOp::Silu, a),
+        Instruction::Relu2(a) => (UnaryOp::Relu2, a),
+        Instruction::Gelu(a) => (UnaryOp::Gelu, a),
+        _ => return None,
+    };
+    let g = a.out;
+    let operands_ok = a.x == g && mul.out == g && ((mul.a == g && mul.b == b.out) || (mul.a == b.out && mul.b == g));
+    let ok = operands_ok && g != b.out && g != b.weight && b.scale != Some(g) && fits(ctx, g) && fits(ctx, b.out);
+    ok.then_some((g, op))
+}
+
 /// The fused group starting at instruction `i`, if one does and fuses anything.
 fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<QuantGroup> {
     let (norm, first) = match instructions.get(i)? {
@@ -320,16 +350,24 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     }
     let last = linears[linears.len() - 1];
     let Some(Instruction::BitLinear(bl)) = instructions.get(last) else { return None };
-    let add = match instructions.get(j) {
-        Some(Instruction::TensorAdd(a)) => epilogue_of(ctx, limits, bl, a).map(|residual| AddPart {
-            index: j,
-            epilogue: Epilogue { residual, sum: a.out, write_out: !write_is_dead(instructions, last, bl.out, &[j]) },
+    let tail = match (instructions.get(j), instructions.get(j + 1)) {
+        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, bl, a).map(|residual| TailPart {
+            last: j,
+            epilogue: Epilogue::Add {
+                residual,
+                sum: a.out,
+                write_out: !write_is_dead(instructions, last, bl.out, &[j]),
+            },
+        }),
+        (Some(act), Some(Instruction::ElementMul(mul))) => act_mul_of(ctx, bl, act, mul).map(|(gated, op)| TailPart {
+            last: j + 1,
+            epilogue: Epilogue::ActMul { gated, op, write_out: !write_is_dead(instructions, last, bl.out, &[j + 1]) },
         }),
         _ => None,
     };
     let norm =
         norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
-    let g = QuantGroup { norm, linears, add };
+    let g = QuantGroup { norm, linears, tail };
     (!g.patterns().is_empty()).then_some(g)
 }
 
@@ -395,7 +433,7 @@ mod tests {
         let (p, reg) = bitnet_layers(2);
         let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
         use Pattern::*;
-        // Per group: SharedQuantization, NormQuantization, ResidualEpilogue.
+        // Per group: SharedQuantization, NormQuantization, then the epilogue.
         let mut want = Vec::new();
         for _ in 0..2 {
             want.extend([
@@ -405,13 +443,14 @@ mod tests {
                 ResidualEpilogue,
                 SharedQuantization,
                 NormQuantization,
+                ActMulEpilogue,
                 NormQuantization,
                 ResidualEpilogue,
             ]);
         }
         assert_eq!(plan.patterns(), want);
-        // Units per layer: 4 groups + ADD(att) + RELU2 + MUL = 7.
-        assert_eq!(plan.units.len(), 14);
+        // Units per layer: 4 groups + ADD(att) = 5.
+        assert_eq!(plan.units.len(), 10);
     }
 
     #[test]
@@ -432,7 +471,22 @@ mod tests {
         // it), h dead, gate dead (layer 2's gate BITLINEAR). Layer 2: h dead (FFN norm),
         // att kept (last write), h kept (last write), gate kept (last write).
         assert_eq!(norm_writes, [false, false, false, false, false, true, true, true]);
-        let proj_writes: Vec<bool> = groups.iter().filter_map(|g| g.add.map(|a| a.epilogue.write_out)).collect();
+        let proj_writes: Vec<bool> = groups
+            .iter()
+            .filter_map(|g| match g.tail.map(|t| t.epilogue) {
+                Some(Epilogue::Add { write_out, .. }) => Some(write_out),
+                _ => None,
+            })
+            .collect();
+        let up_writes: Vec<bool> = groups
+            .iter()
+            .filter_map(|g| match g.tail.map(|t| t.epilogue) {
+                Some(Epilogue::ActMul { write_out, .. }) => Some(write_out),
+                _ => None,
+            })
+            .collect();
+        // up: overwritten by the next layer's up BITLINEAR; kept in the last layer.
+        assert_eq!(up_writes, [false, true]);
         // proj: overwritten by the next BITLINEAR(proj) each time except the very last.
         assert_eq!(proj_writes, [false, false, false, true]);
     }

@@ -519,11 +519,13 @@ fn bitnet_layer_dispatches_are_fused() {
     assert_eq!(count("norm_quant.wgsl"), 4, "{per_layer:?}");
     assert_eq!(count(":quantize"), 0, "{per_layer:?}");
     assert_eq!(count("rms_norm.wgsl"), 0, "{per_layer:?}");
-    // q, k, v, gate, up products; o and down with the residual add.
-    assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 5, "{per_layer:?}");
+    // q, k, v and gate products; up with the activation and the multiply; o and down with
+    // the residual add.
+    assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 4, "{per_layer:?}");
+    assert_eq!(count("act_mul.wgsl"), 1, "{per_layer:?}");
     assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
-    assert_eq!(count("elementwise.wgsl"), 2, "RELU2 and ELEMENT_MUL stay unfused: {per_layer:?}");
+    assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
     assert_eq!(fk.len() % LAYERS, 0);
     assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
-    assert_eq!(uk.len() - fk.len(), LAYERS * 9, "9 dispatches fewer per layer");
+    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 16), "dispatches per layer, unfused and fused");
 }

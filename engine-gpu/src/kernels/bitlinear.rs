@@ -24,6 +24,7 @@
 use purebee_isa::ops::BitLinear;
 use purebee_memory::{DType, TensorId};
 
+use super::elementwise::{BinaryOp, UnaryOp};
 use super::layout::ternary_scales;
 use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
@@ -52,16 +53,28 @@ fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "BITLINEAR", what: format!("{what} beyond 32-bit indexing") }
 }
 
-/// What a fused product does with its outputs besides (or instead of) writing them: the
-/// residual TENSOR_ADD `sum = residual + out` (`residual_add.wgsl`; see `fuse.rs`).
+/// What a fused product does with its outputs besides (or instead of) writing them (see
+/// `fuse.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Epilogue {
-    /// The residual operand `r` of the add.
-    pub residual: TensorId,
-    /// The add's output `o` (may be `residual`).
-    pub sum: TensorId,
-    /// Whether the BITLINEAR's own output must still be written.
-    pub write_out: bool,
+pub(crate) enum Epilogue {
+    /// The residual TENSOR_ADD `sum = residual + out` (`residual_add.wgsl`).
+    Add {
+        /// The residual operand `r` of the add.
+        residual: TensorId,
+        /// The add's output `o` (may be `residual`).
+        sum: TensorId,
+        /// Whether the BITLINEAR's own output must still be written.
+        write_out: bool,
+    },
+    /// The FFN gating `gated = act(gated) · out` (`act_mul.wgsl`).
+    ActMul {
+        /// The gate tensor, activated and multiplied in place.
+        gated: TensorId,
+        /// The activation.
+        op: UnaryOp,
+        /// Whether the BITLINEAR's own output must still be written.
+        write_out: bool,
+    },
 }
 
 /// The shapes and uniform parameters of one BITLINEAR; `None` when it has no output
@@ -152,15 +165,22 @@ pub(crate) fn product(
     ];
     let (portable, subgroup) = match epilogue {
         None => (Shader::Bitlinear, Shader::BitlinearSubgroup),
-        Some(e) => {
-            let inplace = e.sum == e.residual;
+        Some(Epilogue::Add { residual, sum, write_out }) => {
+            let inplace = sum == residual;
             // In place, the weight's codes stand in at binding 8 (read-only, unread).
-            let residual = if inplace { Storage::Tensor(b.weight, 0) } else { Storage::Tensor(e.residual, 0) };
+            let residual = if inplace { Storage::Tensor(b.weight, 0) } else { Storage::Tensor(residual, 0) };
             storage.push((8, residual));
-            storage.push((9, Storage::Tensor(e.sum, 0)));
-            constants.push(("WRITE_OUT", u32::from(e.write_out)));
+            storage.push((9, Storage::Tensor(sum, 0)));
+            constants.push(("WRITE_OUT", u32::from(write_out)));
             constants.push(("RES_INPLACE", u32::from(inplace)));
             (Shader::BitlinearAdd, Shader::BitlinearAddSubgroup)
+        }
+        Some(Epilogue::ActMul { gated, op, write_out }) => {
+            storage.push((9, Storage::Tensor(gated, 0)));
+            constants.push(("WRITE_OUT", u32::from(write_out)));
+            constants.push(("UNARY_OP", op as u32));
+            constants.push(("BINARY_OP", BinaryOp::Mul as u32));
+            (Shader::BitlinearActMul, Shader::BitlinearActMulSubgroup)
         }
     };
     let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));

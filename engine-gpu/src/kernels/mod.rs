@@ -29,7 +29,8 @@ use crate::GpuError;
 /// Every WGSL file of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
-    /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
+    /// `elementwise.wgsl` after `elementwise_ops.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2,
+    /// GELU.
     Elementwise,
     /// `rms_norm.wgsl` after `reduce_portable.wgsl`: RMS_NORM, portable reductions.
     RmsNorm,
@@ -68,6 +69,11 @@ pub(crate) enum Shader {
     BitlinearAdd,
     /// `bitlinear.wgsl` with the `residual_add.wgsl` epilogue, subgroup reductions.
     BitlinearAddSubgroup,
+    /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue (fused up BITLINEAR + SILU/RELU2 +
+    /// ELEMENT_MUL), portable reductions.
+    BitlinearActMul,
+    /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
+    BitlinearActMulSubgroup,
     /// `norm_quant.wgsl` (fused RMS_NORM + BITLINEAR quantization), portable reductions.
     NormQuant,
     /// `norm_quant.wgsl`, subgroup reductions.
@@ -95,6 +101,8 @@ impl Shader {
             Shader::Attention => "attention.wgsl",
             Shader::BitlinearAdd => "bitlinear.wgsl+residual_add.wgsl",
             Shader::BitlinearAddSubgroup => "bitlinear.wgsl+residual_add.wgsl (subgroups)",
+            Shader::BitlinearActMul => "bitlinear.wgsl+act_mul.wgsl",
+            Shader::BitlinearActMulSubgroup => "bitlinear.wgsl+act_mul.wgsl (subgroups)",
             Shader::NormQuant => "norm_quant.wgsl",
             Shader::NormQuantSubgroup => "norm_quant.wgsl (subgroups)",
         }
@@ -103,7 +111,7 @@ impl Shader {
     /// The WGSL source.
     pub fn source(self) -> &'static str {
         match self {
-            Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::Elementwise => concat!(include_str!("elementwise_ops.wgsl"), include_str!("elementwise.wgsl")),
             Shader::RmsNorm => concat!(include_str!("reduce_portable.wgsl"), include_str!("rms_norm.wgsl")),
             Shader::RmsNormSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
             Shader::Softmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("softmax.wgsl")),
@@ -146,6 +154,20 @@ impl Shader {
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
                 include_str!("residual_add.wgsl")
+            ),
+            Shader::BitlinearActMul => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
+            Shader::BitlinearActMulSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
             ),
             Shader::NormQuant => concat!(
                 include_str!("reduce_portable.wgsl"),
