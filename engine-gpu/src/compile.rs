@@ -103,6 +103,9 @@ pub(crate) fn compile(
                 };
             }
             fuse::Unit::Quant(g) => calls[g.range().start] = fuse::record(&rctx, instructions, g)?,
+            fuse::Unit::RopeKv { first, write_k } => {
+                calls[*first] = fuse::record_rope_kv(&rctx, instructions, *first, *write_k)?;
+            }
         }
     }
     let mut scratch_sizes: HashMap<ScratchKey, u64> = HashMap::new();

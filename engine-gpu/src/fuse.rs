@@ -35,7 +35,7 @@ use purebee_memory::{DType, TensorId};
 
 use crate::kernels::bitlinear::{self, Epilogue};
 use crate::kernels::elementwise::UnaryOp;
-use crate::kernels::{norm_quant, KernelCall, RecordCtx};
+use crate::kernels::{norm_quant, rope_kv, KernelCall, RecordCtx};
 use crate::GpuError;
 
 /// The patterns the pass matches. A fused group may combine several (a BitNet block norm
@@ -75,6 +75,15 @@ pub(crate) enum Pattern {
     /// read-only by the product). (BitNet: gate/up + RELU2 + ELEMENT_MUL; Llama-shaped
     /// ternary models: SILU.)
     ActMulEpilogue,
+    /// ROPE(q, q) ; ROPE(k, k) ; KV_WRITE(kc, k) ; KV_WRITE(vc, v), in that order: one
+    /// `rope_kv.wgsl` dispatch rotating q and k and appending the rotated k and v to the
+    /// caches (rope.wgsl's arithmetic, bit for bit); k is written back only when that write
+    /// is not dead. Needs both ROPEs in place with the same position, base, style and
+    /// head_dim and `rot_dim == head_dim` (no unrotated tail for the cache copy), both
+    /// KV_WRITEs at that position, q, k, v and the two caches pairwise distinct, and one row
+    /// count for q, k and v. (Every attention block.)
+    #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::RopeKv
+    RopeKvWrite,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -136,8 +145,10 @@ pub(crate) enum Unit {
     /// One instruction on the unfused path (`kernels::record`, or the compiler's own
     /// handling of memory instructions).
     Single(usize),
-    /// A fused group.
+    /// A group sharing one activation quantization.
     Quant(QuantGroup),
+    /// [`Pattern::RopeKvWrite`]: the four instructions from `first`.
+    RopeKv { first: usize, write_k: bool },
 }
 
 /// The fusion plan of a program: units covering every instruction once, in order.
@@ -159,6 +170,7 @@ impl Plan {
             .iter()
             .flat_map(|u| match u {
                 Unit::Quant(g) => g.patterns(),
+                Unit::RopeKv { .. } => vec![Pattern::RopeKvWrite],
                 Unit::Single(_) => vec![],
             })
             .collect()
@@ -179,6 +191,11 @@ pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let mut units = Vec::new();
     let mut i = 0;
     while i < instructions.len() {
+        if let Some(write_k) = rope_kv_at(ctx, instructions, i) {
+            units.push(Unit::RopeKv { first: i, write_k });
+            i += 4;
+            continue;
+        }
         match group_at(ctx, limits, instructions, i) {
             Some(g) => {
                 let r = g.range();
@@ -192,6 +209,51 @@ pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
         }
     }
     Plan { units }
+}
+
+/// The dispatch of a [`Pattern::RopeKvWrite`] unit.
+pub(crate) fn record_rope_kv(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    first: usize,
+    write_k: bool,
+) -> Result<Vec<KernelCall>, GpuError> {
+    match instructions.get(first..first + 4) {
+        Some([Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)]) => {
+            Ok(vec![rope_kv::record(ctx, (rq, rk), (kk, kv), write_k)?])
+        }
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not ROPE, ROPE, KV_WRITE, KV_WRITE"))),
+    }
+}
+
+/// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`.
+fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option<bool> {
+    let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
+        instructions.get(i..i + 4)?
+    else {
+        return None;
+    };
+    let (q, k, v, kc, vc) = (rq.out, rk.out, kv.src, kk.cache, kv.cache);
+    let same_rope = rq.head_dim == rk.head_dim
+        && rq.rot_dim == rk.rot_dim
+        && rq.rot_dim == rq.head_dim
+        && rq.style == rk.style
+        && rq.base == rk.base
+        && rq.pos == rk.pos;
+    let in_place = rq.x == q && rk.x == k;
+    let writes = kk.src == k && kk.pos == rq.pos && kv.pos == rq.pos;
+    let ids = [q, k, v, kc, vc];
+    let distinct = ids.iter().enumerate().all(|(a, x)| ids[a + 1..].iter().all(|y| y != x));
+    let rows = |id| ctx.desc(id).ok().map(|d| d.shape.rows());
+    let same_rows = rows(q).is_some() && rows(q) == rows(k) && rows(q) == rows(v);
+    let ok = same_rope
+        && in_place
+        && writes
+        && distinct
+        && same_rows
+        && rq.head_dim > 0
+        && ids.iter().all(|&t| fits(ctx, t));
+    ok.then(|| !write_is_dead(instructions, i + 1, k, &[i + 2]))
 }
 
 /// The kernel calls of a fused group.
@@ -454,6 +516,38 @@ mod tests {
     }
 
     #[test]
+    fn rope_and_kv_writes_fuse_only_when_they_agree() {
+        use purebee_isa::ops::{Rope, RopeStyle};
+        use purebee_isa::U32Arg;
+        let build = |rot_dim: u32, v_pos: u32| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let f = DType::F32;
+            let q = b.declare("q", f, &[2, 128]).expect("valid");
+            let k = b.declare("k", f, &[2, 64]).expect("valid");
+            let v = b.declare("v", f, &[2, 64]).expect("valid");
+            let kc = b.declare("kc", f, &[8, 64]).expect("valid");
+            let vc = b.declare("vc", f, &[8, 64]).expect("valid");
+            let pos = U32Arg::Const(3);
+            let rope =
+                |t| Rope { out: t, x: t, head_dim: 32, rot_dim, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
+            b.rope(rope(q)).expect("valid");
+            b.rope(rope(k)).expect("valid");
+            b.kv_write(kc, k, pos).expect("valid");
+            b.kv_write(vc, v, U32Arg::Const(v_pos)).expect("valid");
+            let p = b.finish();
+            let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+            plan
+        };
+        // k is not written again in the program: the rotated k is its last write, kept.
+        assert_eq!(build(32, 3).units, [Unit::RopeKv { first: 0, write_k: true }]);
+        assert_eq!(build(32, 3).patterns(), [Pattern::RopeKvWrite]);
+        // A rotary width below head_dim, or another position for v: unfused.
+        assert_eq!(build(16, 3), Plan::unfused(4));
+        assert_eq!(build(32, 4), Plan::unfused(4));
+    }
+
+    #[test]
     fn dead_stores_follow_the_rule() {
         let (p, reg) = bitnet_layers(2);
         let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
@@ -462,7 +556,7 @@ mod tests {
             .iter()
             .filter_map(|u| match u {
                 Unit::Quant(g) => Some(g),
-                Unit::Single(_) => None,
+                Unit::Single(_) | Unit::RopeKv { .. } => None,
             })
             .collect();
         assert_eq!(groups.len(), 8);
@@ -514,7 +608,7 @@ mod tests {
             .iter()
             .filter_map(|u| match u {
                 Unit::Quant(g) => g.norm.map(|n| n.write_out),
-                Unit::Single(_) => None,
+                Unit::Single(_) | Unit::RopeKv { .. } => None,
             })
             .collect();
         assert_eq!(writes, [true, false]);

@@ -34,7 +34,7 @@
 use proptest::prelude::*;
 use purebee_engine_gpu::{GpuEngine, ScratchKey};
 use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize, Attention, Rope, RopeStyle};
-use purebee_isa::{DType, IsaError, ProgramBuilder, TensorId, U32Arg};
+use purebee_isa::{DType, IsaError, ParamValue, ProgramBuilder, TensorId, U32Arg};
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, pair_for, unfused_pair, Outputs};
 use purebee_tests::rng::SplitMix64;
@@ -96,6 +96,8 @@ struct Layer {
     head_dim: usize,
     kv_heads: usize,
     pos: u32,
+    /// The position as a run-time parameter (else a constant).
+    runtime_pos: bool,
     scales: bool,
     relu2: bool,
     seed: u64,
@@ -167,7 +169,7 @@ impl Layer {
         let mut next =
             || it.next().ok_or_else(|| IsaError::Invalid { op: "test", reason: "missing input".to_string() });
         let mut read = vec![x, h, q, k, v, att, proj, gate, up];
-        let pos = U32Arg::Const(self.pos);
+        let pos = if self.runtime_pos { b.param_u32("pos")? } else { U32Arg::Const(self.pos) };
         for _ in 0..LAYERS {
             let (kc, vc) = (next()?, next()?);
             read.extend([kc, vc]);
@@ -218,8 +220,9 @@ impl Layer {
 }
 
 fn layer_case() -> impl Strategy<Value = Layer> {
-    (0..3usize, 1..=3usize, 1..=2usize, 1..=2usize, 0..3u32, any::<bool>(), any::<bool>(), any::<u64>(), any::<bool>())
-        .prop_map(|(f, n, dm, fm, pos, scales, relu2, seed, gqa)| {
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
+    (0..3usize, 1..=3usize, 1..=2usize, 1..=2usize, 0..3u32, flags, any::<u64>()).prop_map(
+        |(f, n, dm, fm, pos, (scales, relu2, gqa, runtime_pos), seed)| {
             let dtype = FORMATS[f];
             // Row lengths are whole blocks: 256 for TQ1_0 / TQ2_0, 128 for I2_S.
             let block = if dtype == DType::I2_S { 128 } else { 256 };
@@ -227,8 +230,9 @@ fn layer_case() -> impl Strategy<Value = Layer> {
             let head_dim = 64;
             let heads = d / head_dim;
             let kv_heads = if gqa && heads % 2 == 0 { heads / 2 } else { heads };
-            Layer { dtype, n, d, ff: block * (dm + fm), head_dim, kv_heads, pos, scales, relu2, seed }
-        })
+            Layer { dtype, n, d, ff: block * (dm + fm), head_dim, kv_heads, pos, runtime_pos, scales, relu2, seed }
+        },
+    )
 }
 
 /// Runs `inputs`/`build` on the fused GPU engine and on the unfused one (subgroup or
@@ -237,12 +241,13 @@ fn layer_case() -> impl Strategy<Value = Layer> {
 fn fused_and_unfused(
     portable: bool,
     inputs: &[(String, HostTensor)],
+    params: &[ParamValue],
     build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
 ) -> (Outputs, Outputs, Outputs, Vec<String>, Vec<String>) {
     let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let kernels = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
-    let (fused, reference, fk) = pair_for(portable).run_inspect(&inputs, &[], build, kernels);
-    let (unfused, _, uk) = unfused_pair(portable).run_inspect(&inputs, &[], build, kernels);
+    let (fused, reference, fk) = pair_for(portable).run_inspect(&inputs, params, build, kernels);
+    let (unfused, _, uk) = unfused_pair(portable).run_inspect(&inputs, params, build, kernels);
     (fused, unfused, reference, fk, uk)
 }
 
@@ -271,24 +276,37 @@ proptest! {
             return Ok(());
         }
         let inputs = c.inputs();
-        let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &|b, name, ids| c.build(b, name, ids));
+        let params = if c.runtime_pos { vec![ParamValue::U32(c.pos)] } else { vec![] };
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused(portable, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
         prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
         assert_bits(&fused, &unfused, &format!("{c:?} portable={portable}"))?;
     }
 }
 
 /// A Llama-style layer (LINEAR projections, SILU, no sub-norms) and a final norm, an F32
-/// LM head and ARGMAX: nothing here matches a pattern, so the fused engine must dispatch
-/// exactly the unfused kernels and give the same bits.
+/// LM head and ARGMAX: only ROPE + KV_WRITE matches a pattern, so the fused engine must
+/// dispatch the unfused kernels but for that one, and give the same bits.
 #[test]
 fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
     if gpu_tests_skipped() {
         return;
     }
     let mut rng = SplitMix64(7);
-    let (n, d, ff, vocab) = (3, 96, 160, 300);
+    let (n, d, ff, vocab, n_ctx, hd) = (3, 96, 160, 300, 6, 32);
     let mut inputs = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
-    for (name, m, k) in [("wq", d, d), ("wo", d, d), ("wg", ff, d), ("wu", ff, d), ("wd", d, ff), ("head", vocab, d)] {
+    inputs.push(("kc".to_string(), matrix("kc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
+    inputs.push(("vc".to_string(), matrix("vc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
+    for (name, m, k) in [
+        ("wq", d, d),
+        ("wk", d, d),
+        ("wv", d, d),
+        ("wo", d, d),
+        ("wg", ff, d),
+        ("wu", ff, d),
+        ("wd", d, ff),
+        ("head", vocab, d),
+    ] {
         inputs.push((name.to_string(), matrix(name, m, k, randn(&mut rng, m * k, 0.2))));
     }
     for name in ["n1", "n2", "n3"] {
@@ -296,11 +314,14 @@ fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
     }
     let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
         let f = DType::F32;
-        let [x, wq, wo, wg, wu, wd, head, n1, n2, n3] = ids[..] else {
+        let [x, kc, vc, wq, wk, wv, wo, wg, wu, wd, head, n1, n2, n3] = ids[..] else {
             return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
         };
         let h = b.alloc(&name("h"), f, &[n, d])?;
         let q = b.alloc(&name("q"), f, &[n, d])?;
+        let k = b.alloc(&name("k"), f, &[n, d])?;
+        let v = b.alloc(&name("v"), f, &[n, d])?;
+        let att = b.alloc(&name("att"), f, &[n, d])?;
         let p = b.alloc(&name("p"), f, &[n, d])?;
         let g = b.alloc(&name("g"), f, &[n, ff])?;
         let u = b.alloc(&name("u"), f, &[n, ff])?;
@@ -308,8 +329,17 @@ fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
         let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
         b.rms_norm(h, x, n1, 1e-5)?;
         b.linear(q, h, wq)?;
-        b.silu(q, q)?; // stands in for the attention part
-        b.linear(p, q, wo)?;
+        b.linear(k, h, wk)?;
+        b.linear(v, h, wv)?;
+        let pos = U32Arg::Const(2);
+        let rope =
+            |out| Rope { out, x: out, head_dim: hd, rot_dim: hd, style: RopeStyle::Normal, base: 5e5f32.into(), pos };
+        b.rope(rope(q))?;
+        b.rope(rope(k))?;
+        b.kv_write(kc, k, pos)?;
+        b.kv_write(vc, v, pos)?;
+        b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+        b.linear(p, att, wo)?;
         b.add(x, x, p)?;
         b.rms_norm(h, x, n2, 1e-5)?;
         b.linear(g, h, wg)?;
@@ -321,11 +351,15 @@ fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
         b.rms_norm(h, x, n3, 1e-5)?;
         b.linear(logits, h, head)?;
         b.argmax(am, logits)?;
-        Ok(vec![x, h, q, p, g, u, logits, am])
+        Ok(vec![x, h, q, k, v, att, kc, vc, p, g, u, logits, am])
     };
     for portable in [false, true] {
-        let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &build);
-        assert_eq!(fk, uk, "the pass fused part of a Llama layer");
+        let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+        let without_rope_kv: Vec<&String> =
+            uk.iter().filter(|k| !k.starts_with("rope.wgsl") && !k.starts_with("kv_write.wgsl")).collect();
+        let fused_rest: Vec<&String> = fk.iter().filter(|k| !k.starts_with("rope_kv.wgsl")).collect();
+        assert_eq!(fused_rest, without_rope_kv, "the pass fused more than ROPE + KV_WRITE of a Llama layer");
+        assert_eq!(uk.len() - fk.len(), 3, "{fk:?}");
         assert_bits(&fused, &unfused, "Llama layer").unwrap_or_else(|e| panic!("{e}"));
     }
 }
@@ -359,7 +393,7 @@ fn bitnet_lm_head_and_argmax_fused_equal_unfused() {
             Ok(vec![normed, logits, am])
         };
         for portable in [false, true] {
-            let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &build);
+            let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
             assert_eq!(fk.len() + 1, uk.len(), "norm + quantize fused: {fk:?}");
             assert_bits(&fused, &unfused, &format!("LM head {dtype} n={n}")).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -412,7 +446,7 @@ fn shared_quantization_and_residual_add_match_the_reference_exactly() {
             Ok(vec![y1, y2, p, r])
         };
         for portable in [false, true] {
-            let (fused, unfused, reference, fk, uk) = fused_and_unfused(portable, &inputs, &build);
+            let (fused, unfused, reference, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
             // Unfused: 3 × (quantize + product) + add = 7; fused: one quantize, 3 products.
             assert_eq!((fk.len(), uk.len()), (4, 7), "{fk:?}");
             assert_bits(&fused, &unfused, "shared quantization + residual").unwrap_or_else(|e| panic!("{e}"));
@@ -505,12 +539,13 @@ fn bitnet_layer_dispatches_are_fused() {
         head_dim: 64,
         kv_heads: 2,
         pos: 1,
+        runtime_pos: false,
         scales: false,
         relu2: true,
         seed: 5,
     };
     let inputs = c.inputs();
-    let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &|b, name, ids| c.build(b, name, ids));
+    let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
     assert_bits(&fused, &unfused, "dispatch-count layer").unwrap_or_else(|e| panic!("{e}"));
     eprintln!("unfused ({} per layer): {uk:?}\nfused ({} per layer): {fk:?}", uk.len() / LAYERS, fk.len() / LAYERS);
     let per_layer: Vec<&str> = fk[..fk.len() / LAYERS].iter().map(|s| s.as_str()).collect();
@@ -525,7 +560,10 @@ fn bitnet_layer_dispatches_are_fused() {
     assert_eq!(count("act_mul.wgsl"), 1, "{per_layer:?}");
     assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
     assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
+    // ROPE q, k and KV_WRITE k, v.
+    assert_eq!(count("rope_kv.wgsl"), 1, "{per_layer:?}");
+    assert_eq!(count("rope.wgsl") + count("kv_write.wgsl"), 0, "{per_layer:?}");
     assert_eq!(fk.len() % LAYERS, 0);
     assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
-    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 16), "dispatches per layer, unfused and fused");
+    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 13), "dispatches per layer, unfused and fused");
 }

@@ -16,6 +16,7 @@ pub(crate) mod linear;
 pub(crate) mod norm_quant;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
+pub(crate) mod rope_kv;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
 
@@ -58,7 +59,7 @@ pub(crate) enum Shader {
     /// `bitlinear.wgsl` after `reduce_subgroup.wgsl` and `act_quant.wgsl`: BITLINEAR,
     /// subgroup reductions.
     BitlinearSubgroup,
-    /// `rope.wgsl`: ROPE.
+    /// `rope.wgsl` after `rope_math.wgsl`: ROPE.
     Rope,
     /// `kv_write.wgsl`: KV_WRITE.
     KvWrite,
@@ -74,6 +75,8 @@ pub(crate) enum Shader {
     BitlinearActMul,
     /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
     BitlinearActMulSubgroup,
+    /// `rope_kv.wgsl` after `rope_math.wgsl` (fused ROPE q, k + KV_WRITE k, v).
+    RopeKv,
     /// `norm_quant.wgsl` (fused RMS_NORM + BITLINEAR quantization), portable reductions.
     NormQuant,
     /// `norm_quant.wgsl`, subgroup reductions.
@@ -103,6 +106,7 @@ impl Shader {
             Shader::BitlinearAddSubgroup => "bitlinear.wgsl+residual_add.wgsl (subgroups)",
             Shader::BitlinearActMul => "bitlinear.wgsl+act_mul.wgsl",
             Shader::BitlinearActMulSubgroup => "bitlinear.wgsl+act_mul.wgsl (subgroups)",
+            Shader::RopeKv => "rope_kv.wgsl",
             Shader::NormQuant => "norm_quant.wgsl",
             Shader::NormQuantSubgroup => "norm_quant.wgsl (subgroups)",
         }
@@ -179,7 +183,8 @@ impl Shader {
                 include_str!("act_quant.wgsl"),
                 include_str!("norm_quant.wgsl")
             ),
-            Shader::Rope => include_str!("rope.wgsl"),
+            Shader::Rope => concat!(include_str!("rope_math.wgsl"), include_str!("rope.wgsl")),
+            Shader::RopeKv => concat!(include_str!("rope_math.wgsl"), include_str!("rope_kv.wgsl")),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
             Shader::Attention => include_str!("attention.wgsl"),
         }
