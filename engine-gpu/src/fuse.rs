@@ -84,6 +84,19 @@ pub(crate) enum Pattern {
     /// count for q, k and v. (Every attention block.)
     #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::RopeKv
     RopeKvWrite,
+    /// Three BITLINEARs sharing a quantization (q, k, v) at one token: their products in
+    /// one dispatch (`bitlinear_multi.wgsl`'s `gemv_multi`: the rows of the three weights
+    /// in one grid, each row computed as `gemv` computes it). Needs one ternary type and
+    /// either all or none of the output scales, distinct outputs that are none of the
+    /// weights and scales, no epilogue, and 14 storage buffers per stage; otherwise the
+    /// three products stay separate dispatches (still sharing the quantization).
+    MultiProduct,
+    /// [`Pattern::ActMulEpilogue`] over two BITLINEARs (gate, up) at one token whose first
+    /// output is the gated tensor: the two products, the activation and the multiply in
+    /// one dispatch (`gemv_gated`: two accumulators per row, each reduced as `gemv`
+    /// reduces it). Needs one ternary type, all or none of the output scales, and 11
+    /// storage buffers per stage; otherwise the up product carries the epilogue alone.
+    GatedPair,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -111,6 +124,9 @@ pub(crate) struct QuantGroup {
     pub norm: Option<NormPart>,
     pub linears: Vec<usize>,
     pub tail: Option<TailPart>,
+    /// The products run as one dispatch ([`Pattern::MultiProduct`] or
+    /// [`Pattern::GatedPair`]).
+    pub merged: bool,
 }
 
 impl QuantGroup {
@@ -134,6 +150,9 @@ impl QuantGroup {
             Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
             Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
             None => {}
+        }
+        if self.merged {
+            p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
         }
         p
     }
@@ -276,6 +295,18 @@ pub(crate) fn record(
         }
         None => calls.extend(bitlinear::quantize(ctx, bitlinear_at(g.linears[0])?)?),
     }
+    if g.merged {
+        match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
+            (&[a, b, c], None) => {
+                calls.extend(bitlinear::multi_product(ctx, [bitlinear_at(a)?, bitlinear_at(b)?, bitlinear_at(c)?])?);
+            }
+            (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
+                calls.extend(bitlinear::gated_product(ctx, (bitlinear_at(a)?, bitlinear_at(b)?), op, write_out)?);
+            }
+            _ => return Err(GpuError::Wgpu("fusion plan: a merged group of an unknown shape".to_string())),
+        }
+        return Ok(calls);
+    }
     for (j, &li) in g.linears.iter().enumerate() {
         let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
         calls.extend(bitlinear::product(ctx, bitlinear_at(li)?, epilogue)?);
@@ -389,6 +420,50 @@ fn act_mul_of(ctx: &RecordCtx, b: &BitLinear, act: &Instruction, mul: &Binary) -
     ok.then_some((g, op))
 }
 
+/// Whether the products of `linears` (with `tail`) can run as one dispatch
+/// ([`Pattern::MultiProduct`], [`Pattern::GatedPair`]).
+fn mergeable(
+    ctx: &RecordCtx,
+    limits: &Limits,
+    instructions: &[Instruction],
+    linears: &[usize],
+    tail: Option<TailPart>,
+) -> bool {
+    let bs: Vec<&BitLinear> = linears
+        .iter()
+        .filter_map(|&i| match instructions.get(i) {
+            Some(Instruction::BitLinear(b)) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let Some(first) = bs.first() else { return false };
+    let dtype = |b: &BitLinear| ctx.desc(b.weight).ok().map(|d| d.dtype);
+    let tokens = |b: &BitLinear| {
+        let m = ctx.desc(b.weight).ok()?.shape.rows();
+        ctx.desc(b.out).ok()?.shape.numel().checked_div(m)
+    };
+    let alike = bs.len() == linears.len()
+        && bs.iter().all(|b| dtype(b).is_some() && dtype(b) == dtype(first) && tokens(b) == Some(1))
+        && (bs.iter().all(|b| b.scale.is_some()) || bs.iter().all(|b| b.scale.is_none()));
+    if !alike {
+        return false;
+    }
+    match (bs.len(), tail.map(|t| t.epilogue)) {
+        (3, None) => {
+            let outs: Vec<TensorId> = bs.iter().map(|b| b.out).collect();
+            let inputs: Vec<TensorId> = bs.iter().flat_map(|b| [b.weight].into_iter().chain(b.scale)).collect();
+            let distinct = outs[0] != outs[1] && outs[0] != outs[2] && outs[1] != outs[2];
+            distinct
+                && !outs.iter().any(|o| inputs.contains(o))
+                && limits.max_storage_buffers >= bitlinear::MULTI_STORAGE_BUFFERS
+        }
+        (2, Some(Epilogue::ActMul { gated, .. })) => {
+            gated == bs[0].out && limits.max_storage_buffers >= bitlinear::GATED_STORAGE_BUFFERS
+        }
+        _ => false,
+    }
+}
+
 /// The fused group starting at instruction `i`, if one does and fuses anything.
 fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<QuantGroup> {
     let (norm, first) = match instructions.get(i)? {
@@ -429,7 +504,8 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     };
     let norm =
         norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
-    let g = QuantGroup { norm, linears, tail };
+    let merged = mergeable(ctx, limits, instructions, &linears, tail);
+    let g = QuantGroup { norm, linears, tail, merged };
     (!g.patterns().is_empty()).then_some(g)
 }
 
@@ -545,6 +621,30 @@ mod tests {
         // A rotary width below head_dim, or another position for v: unfused.
         assert_eq!(build(16, 3), Plan::unfused(4));
         assert_eq!(build(32, 4), Plan::unfused(4));
+    }
+
+    #[test]
+    fn enough_storage_buffers_merge_the_products() {
+        let (p, reg) = bitnet_layers(1);
+        let plan = plan(&ctx(&reg), &Limits { max_storage_buffers: 14 }, p.instructions());
+        use Pattern::*;
+        let want = [
+            SharedQuantization,
+            NormQuantization,
+            MultiProduct,
+            NormQuantization,
+            ResidualEpilogue,
+            SharedQuantization,
+            NormQuantization,
+            ActMulEpilogue,
+            GatedPair,
+            NormQuantization,
+            ResidualEpilogue,
+        ];
+        assert_eq!(plan.patterns(), want);
+        // 11 storage buffers: the gated pair, not the three products.
+        let plan = super::plan(&ctx(&reg), &Limits { max_storage_buffers: 11 }, p.instructions());
+        assert!(plan.patterns().contains(&GatedPair) && !plan.patterns().contains(&MultiProduct));
     }
 
     #[test]

@@ -554,10 +554,12 @@ fn bitnet_layer_dispatches_are_fused() {
     assert_eq!(count("norm_quant.wgsl"), 4, "{per_layer:?}");
     assert_eq!(count(":quantize"), 0, "{per_layer:?}");
     assert_eq!(count("rms_norm.wgsl"), 0, "{per_layer:?}");
-    // q, k, v and gate products; up with the activation and the multiply; o and down with
-    // the residual add.
-    assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 4, "{per_layer:?}");
-    assert_eq!(count("act_mul.wgsl"), 1, "{per_layer:?}");
+    // q, k, v in one dispatch; gate and up with the activation and the multiply in one; o
+    // and down with the residual add. (lavapipe allows 32 storage buffers per stage: the
+    // merged products need 14 and 11.)
+    assert_eq!(count(":gemv_multi"), 1, "{per_layer:?}");
+    assert_eq!(count(":gemv_gated"), 1, "{per_layer:?}");
+    assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 0, "{per_layer:?}");
     assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
     assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
     // ROPE q, k and KV_WRITE k, v.
@@ -565,5 +567,5 @@ fn bitnet_layer_dispatches_are_fused() {
     assert_eq!(count("rope.wgsl") + count("kv_write.wgsl"), 0, "{per_layer:?}");
     assert_eq!(fk.len() % LAYERS, 0);
     assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
-    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 13), "dispatches per layer, unfused and fused");
+    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 10), "dispatches per layer, unfused and fused");
 }

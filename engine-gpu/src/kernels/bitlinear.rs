@@ -46,7 +46,9 @@ pub(crate) struct Params {
     pub n: u32,
     pub scale_stride: u32,
     pub words: u32,
-    pub _pad: [u32; 3],
+    /// `gemv_multi` (bitlinear_multi.wgsl): the first row of weights 1 and 2; else 0.
+    pub split: [u32; 2],
+    pub _pad: u32,
 }
 
 fn too_large(what: &str) -> GpuError {
@@ -106,7 +108,8 @@ fn dims(ctx: &RecordCtx, b: &BitLinear) -> Result<Option<Dims>, GpuError> {
         n: u(n, "the token count")?,
         scale_stride: u(scales.row_stride, "the scale count")?,
         words: u(k / super::layout::CODES_PER_WORD, "the row length")?,
-        _pad: [0; 3],
+        split: [0; 2],
+        _pad: 0,
     };
     Ok(Some(Dims { n, k, params, row_scale: u32::from(w.dtype == DType::I2_S) }))
 }
@@ -205,6 +208,91 @@ pub(crate) fn product(
         }
     };
     Ok(Some(product))
+}
+
+/// Storage buffers `gemv_multi` binds (bindings 5, 6 and 10..=21).
+pub(crate) const MULTI_STORAGE_BUFFERS: u32 = 14;
+/// Storage buffers `gemv_gated` binds (bindings 5, 6, 10, 11, 13, 14, 16..=18, 19, 20).
+pub(crate) const GATED_STORAGE_BUFFERS: u32 = 11;
+
+/// A pipeline's override constants.
+type Constants = Vec<(&'static str, u32)>;
+
+/// The pipeline constants and the weight bindings (10.., per `bitlinear_multi.wgsl`) shared
+/// by the multi-weight products; `ws` must have one ternary type and one HAS_SCALE (the
+/// fusion pass checks it).
+fn multi_bindings(ws: &[&BitLinear], row_scale: u32) -> (Constants, Vec<(u32, Storage)>) {
+    let has_scale = ws.iter().all(|b| b.scale.is_some());
+    let constants = vec![("WG", WG), ("ROW_SCALE", row_scale), ("HAS_SCALE", u32::from(has_scale))];
+    let mut storage = Vec::new();
+    for (i, b) in ws.iter().enumerate() {
+        let i = i as u32;
+        storage.push((10 + i, Storage::Tensor(b.weight, 0)));
+        storage.push((13 + i, Storage::Tensor(b.weight, 1)));
+        // Without an output scale, the weight's scales stand in (read-only, unread).
+        storage.push((16 + i, b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0))));
+        storage.push((19 + i, Storage::Tensor(b.out, 0)));
+    }
+    (constants, storage)
+}
+
+fn multi_shader(ctx: &RecordCtx) -> Shader {
+    if ctx.caps.subgroups {
+        Shader::BitlinearMultiSubgroup
+    } else {
+        Shader::BitlinearMulti
+    }
+}
+
+/// The products of three one-token BITLINEARs of one quantized `x` in one dispatch
+/// (`gemv_multi`): rows of the three weights in one grid.
+pub(crate) fn multi_product(ctx: &RecordCtx, bs: [&BitLinear; 3]) -> Result<Option<KernelCall>, GpuError> {
+    let mut dims3 = Vec::new();
+    for b in bs {
+        let Some(d) = dims(ctx, b)? else { return Ok(None) };
+        dims3.push(d);
+    }
+    let (m0, m1, m2) = (dims3[0].params.m, dims3[1].params.m, dims3[2].params.m);
+    let total = m0.checked_add(m1).and_then(|s| s.checked_add(m2)).ok_or_else(|| too_large("the row count"))?;
+    let mut params = dims3[0].params;
+    params.m = total;
+    params.split = [m0, m0 + m1];
+    let (acts, act_scales) = scratch(1, dims3[0].k);
+    let (constants, mut storage) = multi_bindings(&bs, dims3[0].row_scale);
+    storage.extend([(5, acts), (6, act_scales)]);
+    Ok(Some(KernelCall {
+        key: PipelineKey { shader: multi_shader(ctx), entry: "gemv_multi", constants },
+        params: bytemuck::bytes_of(&params).to_vec(),
+        storage,
+        workgroups: ctx.grid_1d(total as usize, 1),
+    }))
+}
+
+/// BITLINEAR(g) ; BITLINEAR(u) ; ACT(g, g) ; ELEMENT_MUL(g, g, u) for one token in one
+/// dispatch (`gemv_gated`: two accumulators per row); `u` written only when `write_out`.
+pub(crate) fn gated_product(
+    ctx: &RecordCtx,
+    (g, u): (&BitLinear, &BitLinear),
+    op: UnaryOp,
+    write_out: bool,
+) -> Result<Option<KernelCall>, GpuError> {
+    let (Some(dg), Some(_)) = (dims(ctx, g)?, dims(ctx, u)?) else { return Ok(None) };
+    let (acts, act_scales) = scratch(1, dg.k);
+    let (mut constants, mut storage) = multi_bindings(&[g, u], dg.row_scale);
+    // mfinish names the third output scale: the second one stands in (read-only, unread).
+    storage.push((18, u.scale.map_or(Storage::Tensor(u.weight, 1), |s| Storage::Tensor(s, 0))));
+    storage.extend([(5, acts), (6, act_scales)]);
+    constants.extend([
+        ("WRITE_OUT", u32::from(write_out)),
+        ("UNARY_OP", op as u32),
+        ("BINARY_OP", BinaryOp::Mul as u32),
+    ]);
+    Ok(Some(KernelCall {
+        key: PipelineKey { shader: multi_shader(ctx), entry: "gemv_gated", constants },
+        params: bytemuck::bytes_of(&dg.params).to_vec(),
+        storage,
+        workgroups: ctx.grid_1d(dg.params.m as usize, 1),
+    }))
 }
 
 #[cfg(test)]

@@ -33,9 +33,11 @@ struct Params {
     scale_stride: u32,
     // Code words per weight row: k / 16.
     words: u32,
+    // bitlinear_multi.wgsl's gemv_multi: the first output row of weights 1 and 2 (m is the
+    // total); unused elsewhere.
+    split1: u32,
+    split2: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

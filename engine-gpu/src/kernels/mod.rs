@@ -75,6 +75,12 @@ pub(crate) enum Shader {
     BitlinearActMul,
     /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
     BitlinearActMulSubgroup,
+    /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `bitlinear_store.wgsl` and
+    /// `elementwise_ops.wgsl` (several one-token BITLINEAR products in one dispatch),
+    /// portable reductions.
+    BitlinearMulti,
+    /// `bitlinear_multi.wgsl`, subgroup reductions.
+    BitlinearMultiSubgroup,
     /// `rope_kv.wgsl` after `rope_math.wgsl` (fused ROPE q, k + KV_WRITE k, v).
     RopeKv,
     /// `norm_quant.wgsl` (fused RMS_NORM + BITLINEAR quantization), portable reductions.
@@ -106,6 +112,8 @@ impl Shader {
             Shader::BitlinearAddSubgroup => "bitlinear.wgsl+residual_add.wgsl (subgroups)",
             Shader::BitlinearActMul => "bitlinear.wgsl+act_mul.wgsl",
             Shader::BitlinearActMulSubgroup => "bitlinear.wgsl+act_mul.wgsl (subgroups)",
+            Shader::BitlinearMulti => "bitlinear_multi.wgsl",
+            Shader::BitlinearMultiSubgroup => "bitlinear_multi.wgsl (subgroups)",
             Shader::RopeKv => "rope_kv.wgsl",
             Shader::NormQuant => "norm_quant.wgsl",
             Shader::NormQuantSubgroup => "norm_quant.wgsl (subgroups)",
@@ -172,6 +180,22 @@ impl Shader {
                 include_str!("bitlinear.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("act_mul.wgsl")
+            ),
+            Shader::BitlinearMulti => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("bitlinear_store.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("bitlinear_multi.wgsl")
+            ),
+            Shader::BitlinearMultiSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("bitlinear_store.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("bitlinear_multi.wgsl")
             ),
             Shader::NormQuant => concat!(
                 include_str!("reduce_portable.wgsl"),
