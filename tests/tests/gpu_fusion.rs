@@ -4,9 +4,11 @@
 //! **Fused vs unfused GPU, bit for bit.** The fused kernels do the same float operations in
 //! the same order as the kernels they replace (norm_quant.wgsl is rms_norm.wgsl's
 //! arithmetic at rms_norm's workgroup size, then `quantize`'s exact integer maximum and
-//! correctly rounded scale; the residual epilogue is the one f32 addition of the elementwise
-//! kernel; a shared quantization is the same quantization computed once), so a fused
-//! program must give exactly the unfused program's bits in every tensor the host can read.
+//! correctly rounded scale; the residual and activation epilogues are the elementwise
+//! kernels' operations (elementwise_ops.wgsl); rope_kv.wgsl is rope.wgsl's rotation
+//! (rope_math.wgsl); gemv_multi and gemv_gated are gemv's per-row sums and reductions; a
+//! shared quantization is the same quantization computed once), so a fused program must
+//! give exactly the unfused program's bits in every tensor the host can read.
 //! Checked on whole BitNet layers (two of them, with ROPE, KV_WRITE and ATTENTION, one
 //! token through `gemv` and several through `tiled`, every ternary format, with and without
 //! output scales, subgroup and portable kernels), a Llama-style layer (LINEAR: nothing of it
@@ -568,4 +570,34 @@ fn bitnet_layer_dispatches_are_fused() {
     assert_eq!(fk.len() % LAYERS, 0);
     assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
     assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 10), "dispatches per layer, unfused and fused");
+}
+
+/// Dispatches per decode token of a tiny BitNet fixture (`Engine::counters`), fusion on and
+/// off: the layers' share must drop to 10 per layer from 27 (lavapipe: 32 storage buffers
+/// per stage, enough for every pattern).
+#[test]
+fn tiny_fixture_decode_dispatches() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    use purebee_engine_gpu::GpuOptions;
+    use purebee_isa::Engine;
+    use purebee_memory::gguf::GgufFile;
+    use purebee_runtime::{LogitsRows, Model};
+    let per_token = |fuse: bool| {
+        let gpu = GpuEngine::new(&GpuOptions { fuse, ..GpuOptions::default() }).expect("a GPU adapter");
+        let file = GgufFile::open(purebee_tests::tiny("tiny_bitnet_tq2_0.gguf")).expect("fixture opens");
+        let mut model = Model::load(gpu, &file).expect("model loads");
+        let mut session = model.new_session(16).expect("session allocates");
+        model.forward(&mut session, &[1], 0, LogitsRows::Last).expect("decode step");
+        let before = model.engine().counters().expect("counted").dispatches;
+        model.forward(&mut session, &[2], 1, LogitsRows::Last).expect("decode step");
+        let after = model.engine().counters().expect("counted").dispatches;
+        (after - before, model.config().n_layer as u64)
+    };
+    let ((unfused, layers), (fused, _)) = (per_token(false), per_token(true));
+    eprintln!("tiny_bitnet_tq2_0 decode: {unfused} dispatches per token unfused, {fused} fused, {layers} layers");
+    // The head (EMBED, final norm, LM head, ARGMAX) changes by at most one dispatch (its
+    // norm + quantization); every layer saves 17.
+    assert!((unfused - fused) >= 17 * layers && unfused - fused <= 17 * layers + 1, "{unfused} vs {fused}");
 }

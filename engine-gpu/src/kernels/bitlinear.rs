@@ -17,6 +17,11 @@
 //!    For `n ≥ 2` (prefill), `tiled`: 64 rows × 32 tokens per workgroup, reading the codes
 //!    `⌈n/32⌉` times and the int8 activations `⌈m/64⌉` times, writing `4nm`.
 //!
+//! The fusion pass (`fuse.rs`) reuses these pieces: one `quantize` (or `norm_quant.wgsl`)
+//! for several BITLINEARs of one `x`, the products with an epilogue file in place of
+//! `bitlinear_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
+//! for several one-token products in one dispatch.
+//!
 //! The weight is in the ternary layout of `layout.rs` (codes, then scales): one kernel for
 //! TQ1_0, TQ2_0 and I2_S; I2_S (one scale per tensor, so the whole row is one block) is the
 //! `ROW_SCALE` specialization, which sums each row as one exact i32.
