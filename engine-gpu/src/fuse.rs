@@ -648,6 +648,36 @@ mod tests {
     }
 
     #[test]
+    fn gating_and_merging_need_their_preconditions() {
+        use Pattern::*;
+        // gate/up of `tokens` tokens, weight types (gate, up), an in-place activation or not.
+        let build = |tokens: usize, (tg, tu): (DType, DType), in_place: bool| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let f = DType::F32;
+            let h = b.declare("h", f, &[tokens, 256]).expect("valid");
+            let g = b.declare("g", f, &[tokens, 256]).expect("valid");
+            let g2 = b.declare("g2", f, &[tokens, 256]).expect("valid");
+            let u = b.declare("u", f, &[tokens, 256]).expect("valid");
+            let wg = b.declare("wg", tg, &[256, 256]).expect("valid");
+            let wu = b.declare("wu", tu, &[256, 256]).expect("valid");
+            b.bitlinear(g, h, wg, None).expect("valid");
+            b.bitlinear(u, h, wu, None).expect("valid");
+            b.silu(if in_place { g } else { g2 }, g).expect("valid");
+            b.mul(g, u, g).expect("valid"); // the operands in the other order
+            let p = b.finish();
+            plan(&ctx(&reg), &Limits { max_storage_buffers: 32 }, p.instructions()).patterns()
+        };
+        let (tq, i2) = (DType::TQ2_0, DType::I2_S);
+        assert_eq!(build(1, (tq, tq), true), [SharedQuantization, ActMulEpilogue, GatedPair]);
+        // Two tokens (tiled products) or two weight types: the epilogue, not the pair.
+        assert_eq!(build(2, (tq, tq), true), [SharedQuantization, ActMulEpilogue]);
+        assert_eq!(build(1, (tq, i2), true), [SharedQuantization, ActMulEpilogue]);
+        // An activation out of place: only the shared quantization.
+        assert_eq!(build(1, (tq, tq), false), [SharedQuantization]);
+    }
+
+    #[test]
     fn dead_stores_follow_the_rule() {
         let (p, reg) = bitnet_layers(2);
         let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
