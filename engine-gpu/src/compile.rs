@@ -10,6 +10,7 @@ use purebee_isa::{Instruction, Program};
 use purebee_memory::{Registry, TensorId};
 use wgpu::util::DeviceExt;
 
+use crate::fuse;
 use crate::kernels::{self, layout, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineCache;
 use crate::tensors::TensorStore;
@@ -78,12 +79,34 @@ pub(crate) fn compile(
         Ok(())
     };
     // Record every kernel call first, so that scratch buffers can be sized before binding.
-    let mut calls: Vec<Vec<KernelCall>> = Vec::with_capacity(program.instructions().len());
-    for instruction in program.instructions() {
-        calls.push(match instruction {
-            Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => vec![],
-            other => kernels::record(&rctx, other)?,
-        });
+    // The fusion pass groups instructions; a group's calls are listed under its first
+    // instruction, and the other instructions of the group get none.
+    let instructions = program.instructions();
+    let plan = if ctx.fuse {
+        let limits = fuse::Limits { max_storage_buffers: ctx.limits.max_storage_buffers_per_shader_stage };
+        fuse::plan(&rctx, &limits, instructions)
+    } else {
+        fuse::Plan::unfused(instructions.len())
+    };
+    let mut calls: Vec<Vec<KernelCall>> = vec![Vec::new(); instructions.len()];
+    for unit in &plan.units {
+        match unit {
+            fuse::Unit::Single(i) => {
+                calls[*i] = match &instructions[*i] {
+                    Instruction::GridAlloc(_)
+                    | Instruction::GridWrite(_)
+                    | Instruction::Free(_)
+                    | Instruction::Sync => {
+                        vec![]
+                    }
+                    other => kernels::record(&rctx, other)?,
+                };
+            }
+            fuse::Unit::Quant(g) => calls[g.range().start] = fuse::record(&rctx, instructions, g)?,
+            fuse::Unit::RopeKv { first, write_k } => {
+                calls[*first] = fuse::record_rope_kv(&rctx, instructions, *first, *write_k)?;
+            }
+        }
     }
     let mut scratch_sizes: HashMap<ScratchKey, u64> = HashMap::new();
     for (_, s) in calls.iter().flatten().flat_map(|c| &c.storage) {

@@ -17,11 +17,15 @@ pub struct GpuOptions {
     /// a binding are bound as row windows; tests set a small cap to exercise that path
     /// without allocating hundreds of megabytes.
     pub max_binding: Option<u64>,
+    /// Run the compiler's fusion pass (`fuse.rs`): fused kernels for the patterns it
+    /// matches. `false` compiles every instruction to its own kernels (as does the
+    /// environment variable `PUREBEE_GPU_NO_FUSE=1`); tests compare the two.
+    pub fuse: bool,
 }
 
 impl Default for GpuOptions {
     fn default() -> GpuOptions {
-        GpuOptions { allow_cpu_adapter: true, use_subgroups: true, max_binding: None }
+        GpuOptions { allow_cpu_adapter: true, use_subgroups: true, max_binding: None, fuse: true }
     }
 }
 
@@ -43,6 +47,8 @@ pub struct GpuContext {
     pub(crate) caps: Capabilities,
     /// `GpuOptions::max_binding`.
     binding_cap: Option<u64>,
+    /// `GpuOptions::fuse`, unless `PUREBEE_GPU_NO_FUSE=1`.
+    pub(crate) fuse: bool,
     /// Validation, out-of-memory and device-lost errors, collected instead of panicking.
     errors: Arc<Mutex<Vec<String>>>,
 }
@@ -105,7 +111,8 @@ impl GpuContext {
             }
         });
         let caps = Capabilities { subgroups, min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 } };
-        Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, errors })
+        let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
+        Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, fuse, errors })
     }
 
     /// The adapter's name, backend and type, for messages.

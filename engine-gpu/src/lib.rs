@@ -18,6 +18,7 @@ mod compile;
 mod context;
 mod engine;
 mod error;
+mod fuse;
 mod kernels;
 mod pipelines;
 mod plan;

@@ -74,6 +74,17 @@ pub fn windowed_pair() -> MutexGuard<'static, Pair> {
     lock(PAIR.get_or_init(|| new_pair(GpuOptions { max_binding: Some(256 * 1024), ..GpuOptions::default() })))
 }
 
+/// A GPU pair whose engine has the compiler's fusion pass off (`GpuOptions { fuse: false,
+/// .. }`), subgroups as [`pair_for`]'s `portable` says: every instruction on its own
+/// kernels, for comparing fused programs with unfused ones.
+pub fn unfused_pair(portable: bool) -> MutexGuard<'static, Pair> {
+    static PAIRS: [OnceLock<Mutex<Pair>>; 2] = [const { OnceLock::new() }; 2];
+    lock(
+        PAIRS[usize::from(portable)]
+            .get_or_init(|| new_pair(GpuOptions { fuse: false, use_subgroups: !portable, ..GpuOptions::default() })),
+    )
+}
+
 /// [`pair`] when `portable` is false, [`portable_pair`] when it is true.
 pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
     if portable {

@@ -17,13 +17,19 @@
 //!    For `n ≥ 2` (prefill), `tiled`: 64 rows × 32 tokens per workgroup, reading the codes
 //!    `⌈n/32⌉` times and the int8 activations `⌈m/64⌉` times, writing `4nm`.
 //!
+//! The fusion pass (`fuse.rs`) reuses these pieces: one `quantize` (or `norm_quant.wgsl`)
+//! for several BITLINEARs of one `x`, the products with an epilogue file in place of
+//! `bitlinear_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
+//! for several one-token products in one dispatch.
+//!
 //! The weight is in the ternary layout of `layout.rs` (codes, then scales): one kernel for
 //! TQ1_0, TQ2_0 and I2_S; I2_S (one scale per tensor, so the whole row is one block) is the
 //! `ROW_SCALE` specialization, which sums each row as one exact i32.
 
 use purebee_isa::ops::BitLinear;
-use purebee_memory::DType;
+use purebee_memory::{DType, TensorId};
 
+use super::elementwise::{BinaryOp, UnaryOp};
 use super::layout::ternary_scales;
 use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
@@ -45,20 +51,55 @@ pub(crate) struct Params {
     pub n: u32,
     pub scale_stride: u32,
     pub words: u32,
-    pub _pad: [u32; 3],
+    /// `gemv_multi` (bitlinear_multi.wgsl): the first row of weights 1 and 2; else 0.
+    pub split: [u32; 2],
+    pub _pad: u32,
 }
 
 fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "BITLINEAR", what: format!("{what} beyond 32-bit indexing") }
 }
 
-pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, GpuError> {
+/// What a fused product does with its outputs besides (or instead of) writing them (see
+/// `fuse.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    /// The residual TENSOR_ADD `sum = residual + out` (`residual_add.wgsl`).
+    Add {
+        /// The residual operand `r` of the add.
+        residual: TensorId,
+        /// The add's output `o` (may be `residual`).
+        sum: TensorId,
+        /// Whether the BITLINEAR's own output must still be written.
+        write_out: bool,
+    },
+    /// The FFN gating `gated = act(gated) · out` (`act_mul.wgsl`).
+    ActMul {
+        /// The gate tensor, activated and multiplied in place.
+        gated: TensorId,
+        /// The activation.
+        op: UnaryOp,
+        /// Whether the BITLINEAR's own output must still be written.
+        write_out: bool,
+    },
+}
+
+/// The shapes and uniform parameters of one BITLINEAR; `None` when it has no output
+/// element (nothing to dispatch).
+struct Dims {
+    n: usize,
+    k: usize,
+    params: Params,
+    row_scale: u32,
+}
+
+fn dims(ctx: &RecordCtx, b: &BitLinear) -> Result<Option<Dims>, GpuError> {
     let w = ctx.desc(b.weight)?;
     let (m, k) = (w.shape.rows(), w.shape.cols());
     // Tokens from the output [n, m] (x is [n, k], and k may be 0).
     let n = ctx.desc(b.out)?.shape.numel().checked_div(m).unwrap_or(0);
     if m == 0 || n == 0 {
-        return Ok(vec![]);
+        return Ok(None);
     }
     let scales = ternary_scales(w.dtype, k)
         .ok_or_else(|| GpuError::Unsupported { op: "BITLINEAR", what: format!("{} weights", w.dtype) })?;
@@ -72,25 +113,57 @@ pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, 
         n: u(n, "the token count")?,
         scale_stride: u(scales.row_stride, "the scale count")?,
         words: u(k / super::layout::CODES_PER_WORD, "the row length")?,
-        _pad: [0; 3],
+        split: [0; 2],
+        _pad: 0,
     };
-    let bytes = bytemuck::bytes_of(&params).to_vec();
-    let subgroups = ctx.caps.subgroups;
-    let shader = if subgroups { Shader::BitlinearSubgroup } else { Shader::Bitlinear };
-    let acts = Storage::Scratch(ScratchKey::BitlinearActivations, (n * k) as u64);
-    let act_scales = Storage::Scratch(ScratchKey::BitlinearScales, 4 * n as u64);
-    let row_scale = u32::from(w.dtype == DType::I2_S);
+    Ok(Some(Dims { n, k, params, row_scale: u32::from(w.dtype == DType::I2_S) }))
+}
 
-    let quantize = KernelCall {
+/// The scratch buffers of the int8 activations and their scales, for `n` rows of `k`.
+pub(crate) fn scratch(n: usize, k: usize) -> (Storage, Storage) {
+    (
+        Storage::Scratch(ScratchKey::BitlinearActivations, (n * k) as u64),
+        Storage::Scratch(ScratchKey::BitlinearScales, 4 * n as u64),
+    )
+}
+
+/// The two dispatches of one BITLINEAR: `quantize`, then the product.
+pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, GpuError> {
+    let mut calls: Vec<KernelCall> = quantize(ctx, b)?.into_iter().collect();
+    calls.extend(product(ctx, b, None)?);
+    Ok(calls)
+}
+
+/// The `quantize` dispatch of a BITLINEAR: its `x` into the activation scratch buffers.
+pub(crate) fn quantize(ctx: &RecordCtx, b: &BitLinear) -> Result<Option<KernelCall>, GpuError> {
+    let Some(d) = dims(ctx, b)? else { return Ok(None) };
+    let shader = if ctx.caps.subgroups { Shader::BitlinearSubgroup } else { Shader::Bitlinear };
+    let (acts, act_scales) = scratch(d.n, d.k);
+    Ok(Some(KernelCall {
         key: PipelineKey { shader, entry: "quantize", constants: vec![("WG", WG)] },
-        params: bytes.clone(),
+        params: bytemuck::bytes_of(&d.params).to_vec(),
         storage: vec![(1, Storage::Tensor(b.x, 0)), (5, acts), (6, act_scales)],
-        workgroups: ctx.grid_1d(n, 1),
-    };
+        workgroups: ctx.grid_1d(d.n, 1),
+    }))
+}
+
+/// The product dispatch of a BITLINEAR (`gemv` for one token, `tiled` for several), reading
+/// the activation scratch buffers an earlier `quantize` (or fused norm + quantization) of
+/// the same `x` filled; with `epilogue`, the fused residual add.
+pub(crate) fn product(
+    ctx: &RecordCtx,
+    b: &BitLinear,
+    epilogue: Option<Epilogue>,
+) -> Result<Option<KernelCall>, GpuError> {
+    let Some(d) = dims(ctx, b)? else { return Ok(None) };
+    let (n, m) = (d.n, d.params.m as usize);
+    let bytes = bytemuck::bytes_of(&d.params).to_vec();
+    let subgroups = ctx.caps.subgroups;
+    let (acts, act_scales) = scratch(n, d.k);
     // Without an output scale, the weight's scales stand in at binding 4 (read-only, unread).
     let out_scale = b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0));
-    let constants = vec![("WG", WG), ("ROW_SCALE", row_scale), ("HAS_SCALE", u32::from(b.scale.is_some()))];
-    let storage = vec![
+    let mut constants = vec![("WG", WG), ("ROW_SCALE", d.row_scale), ("HAS_SCALE", u32::from(b.scale.is_some()))];
+    let mut storage = vec![
         (2, Storage::Tensor(b.weight, 0)),
         (3, Storage::Tensor(b.weight, 1)),
         (4, out_scale),
@@ -98,9 +171,30 @@ pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, 
         (6, act_scales),
         (7, Storage::Tensor(b.out, 0)),
     ];
+    let (portable, subgroup) = match epilogue {
+        None => (Shader::Bitlinear, Shader::BitlinearSubgroup),
+        Some(Epilogue::Add { residual, sum, write_out }) => {
+            let inplace = sum == residual;
+            // In place, the weight's codes stand in at binding 8 (read-only, unread).
+            let residual = if inplace { Storage::Tensor(b.weight, 0) } else { Storage::Tensor(residual, 0) };
+            storage.push((8, residual));
+            storage.push((9, Storage::Tensor(sum, 0)));
+            constants.push(("WRITE_OUT", u32::from(write_out)));
+            constants.push(("RES_INPLACE", u32::from(inplace)));
+            (Shader::BitlinearAdd, Shader::BitlinearAddSubgroup)
+        }
+        Some(Epilogue::ActMul { gated, op, write_out }) => {
+            storage.push((9, Storage::Tensor(gated, 0)));
+            constants.push(("WRITE_OUT", u32::from(write_out)));
+            constants.push(("UNARY_OP", op as u32));
+            constants.push(("BINARY_OP", BinaryOp::Mul as u32));
+            (Shader::BitlinearActMul, Shader::BitlinearActMulSubgroup)
+        }
+    };
+    let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
     let product = if n == 1 {
         KernelCall {
-            key: PipelineKey { shader, entry: "gemv", constants },
+            key: PipelineKey { shader: if subgroups { subgroup } else { portable }, entry: "gemv", constants },
             params: bytes,
             storage,
             workgroups: ctx.grid_1d(m, 1),
@@ -112,13 +206,98 @@ pub(crate) fn record(ctx: &RecordCtx, b: &BitLinear) -> Result<Vec<KernelCall>, 
             return Err(too_large("the token count"));
         }
         KernelCall {
-            key: PipelineKey { shader: Shader::Bitlinear, entry: "tiled", constants },
+            key: PipelineKey { shader: portable, entry: "tiled", constants },
             params: bytes,
             storage,
             workgroups,
         }
     };
-    Ok(vec![quantize, product])
+    Ok(Some(product))
+}
+
+/// Storage buffers `gemv_multi` binds (bindings 5, 6 and 10..=21).
+pub(crate) const MULTI_STORAGE_BUFFERS: u32 = 14;
+/// Storage buffers `gemv_gated` binds (bindings 5, 6, 10, 11, 13, 14, 16..=18, 19, 20).
+pub(crate) const GATED_STORAGE_BUFFERS: u32 = 11;
+
+/// A pipeline's override constants.
+type Constants = Vec<(&'static str, u32)>;
+
+/// The pipeline constants and the weight bindings (10.., per `bitlinear_multi.wgsl`) shared
+/// by the multi-weight products; `ws` must have one ternary type and one HAS_SCALE (the
+/// fusion pass checks it).
+fn multi_bindings(ws: &[&BitLinear], row_scale: u32) -> (Constants, Vec<(u32, Storage)>) {
+    let has_scale = ws.iter().all(|b| b.scale.is_some());
+    let constants = vec![("WG", WG), ("ROW_SCALE", row_scale), ("HAS_SCALE", u32::from(has_scale))];
+    let mut storage = Vec::new();
+    for (i, b) in ws.iter().enumerate() {
+        let i = i as u32;
+        storage.push((10 + i, Storage::Tensor(b.weight, 0)));
+        storage.push((13 + i, Storage::Tensor(b.weight, 1)));
+        // Without an output scale, the weight's scales stand in (read-only, unread).
+        storage.push((16 + i, b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0))));
+        storage.push((19 + i, Storage::Tensor(b.out, 0)));
+    }
+    (constants, storage)
+}
+
+fn multi_shader(ctx: &RecordCtx) -> Shader {
+    if ctx.caps.subgroups {
+        Shader::BitlinearMultiSubgroup
+    } else {
+        Shader::BitlinearMulti
+    }
+}
+
+/// The products of three one-token BITLINEARs of one quantized `x` in one dispatch
+/// (`gemv_multi`): rows of the three weights in one grid.
+pub(crate) fn multi_product(ctx: &RecordCtx, bs: [&BitLinear; 3]) -> Result<Option<KernelCall>, GpuError> {
+    let mut dims3 = Vec::new();
+    for b in bs {
+        let Some(d) = dims(ctx, b)? else { return Ok(None) };
+        dims3.push(d);
+    }
+    let (m0, m1, m2) = (dims3[0].params.m, dims3[1].params.m, dims3[2].params.m);
+    let total = m0.checked_add(m1).and_then(|s| s.checked_add(m2)).ok_or_else(|| too_large("the row count"))?;
+    let mut params = dims3[0].params;
+    params.m = total;
+    params.split = [m0, m0 + m1];
+    let (acts, act_scales) = scratch(1, dims3[0].k);
+    let (constants, mut storage) = multi_bindings(&bs, dims3[0].row_scale);
+    storage.extend([(5, acts), (6, act_scales)]);
+    Ok(Some(KernelCall {
+        key: PipelineKey { shader: multi_shader(ctx), entry: "gemv_multi", constants },
+        params: bytemuck::bytes_of(&params).to_vec(),
+        storage,
+        workgroups: ctx.grid_1d(total as usize, 1),
+    }))
+}
+
+/// BITLINEAR(g) ; BITLINEAR(u) ; ACT(g, g) ; ELEMENT_MUL(g, g, u) for one token in one
+/// dispatch (`gemv_gated`: two accumulators per row); `u` written only when `write_out`.
+pub(crate) fn gated_product(
+    ctx: &RecordCtx,
+    (g, u): (&BitLinear, &BitLinear),
+    op: UnaryOp,
+    write_out: bool,
+) -> Result<Option<KernelCall>, GpuError> {
+    let (Some(dg), Some(_)) = (dims(ctx, g)?, dims(ctx, u)?) else { return Ok(None) };
+    let (acts, act_scales) = scratch(1, dg.k);
+    let (mut constants, mut storage) = multi_bindings(&[g, u], dg.row_scale);
+    // mfinish names the third output scale: the second one stands in (read-only, unread).
+    storage.push((18, u.scale.map_or(Storage::Tensor(u.weight, 1), |s| Storage::Tensor(s, 0))));
+    storage.extend([(5, acts), (6, act_scales)]);
+    constants.extend([
+        ("WRITE_OUT", u32::from(write_out)),
+        ("UNARY_OP", op as u32),
+        ("BINARY_OP", BinaryOp::Mul as u32),
+    ]);
+    Ok(Some(KernelCall {
+        key: PipelineKey { shader: multi_shader(ctx), entry: "gemv_gated", constants },
+        params: bytemuck::bytes_of(&dg.params).to_vec(),
+        storage,
+        workgroups: ctx.grid_1d(dg.params.m as usize, 1),
+    }))
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 // scaling y = Σ_b d_b · isum_b / s (× scale[0]); see isa/src/ops/bitlinear.rs.
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
-// act_quant.wgsl (abs_bits, act_scale_bits, quantize1).
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1); followed by the file that defines
+// store_out(i, v), what the products do with output element i: bitlinear_store.wgsl (write
+// it to `out`) or residual_add.wgsl (the fused residual TENSOR_ADD epilogue).
 //
 // Entry points (one BITLINEAR is `quantize`, then `gemv` or `tiled`):
 // - quantize: one workgroup per row of x. The row's absolute maximum as an integer maximum of
@@ -31,9 +33,11 @@ struct Params {
     scale_stride: u32,
     // Code words per weight row: k / 16.
     words: u32,
+    // bitlinear_multi.wgsl's gemv_multi: the first output row of weights 1 and 2 (m is the
+    // total); unused elsewhere.
+    split1: u32,
+    split2: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -130,7 +134,7 @@ fn gemv(ids: Ids) {
         y = reduce_add_f32(facc, ids);
     }
     if (row < p.m && ids.lidx == 0u) {
-        out[tok * p.m + row] = finish(y, tok);
+        store_out(tok * p.m + row, finish(y, tok));
     }
 }
 
@@ -214,7 +218,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
                 } else {
                     y = facc[2u * i + j];
                 }
-                out[t * p.m + r] = finish(y, t);
+                store_out(t * p.m + r, finish(y, t));
             }
         }
     }

@@ -19,14 +19,14 @@ pub(crate) struct Params {
 }
 
 /// The binary operations (`BINARY_OP` in the shader).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BinaryOp {
     Add = 0,
     Mul = 1,
 }
 
 /// The unary operations (`UNARY_OP` in the shader).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UnaryOp {
     Silu = 0,
     Relu2 = 1,

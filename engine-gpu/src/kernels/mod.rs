@@ -13,8 +13,10 @@ pub(crate) mod embed;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
 pub(crate) mod linear;
+pub(crate) mod norm_quant;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
+pub(crate) mod rope_kv;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
 
@@ -28,7 +30,8 @@ use crate::GpuError;
 /// Every WGSL file of the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
-    /// `elementwise.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2, GELU.
+    /// `elementwise.wgsl` after `elementwise_ops.wgsl`: TENSOR_ADD, ELEMENT_MUL, SILU, RELU2,
+    /// GELU.
     Elementwise,
     /// `rms_norm.wgsl` after `reduce_portable.wgsl`: RMS_NORM, portable reductions.
     RmsNorm,
@@ -56,12 +59,34 @@ pub(crate) enum Shader {
     /// `bitlinear.wgsl` after `reduce_subgroup.wgsl` and `act_quant.wgsl`: BITLINEAR,
     /// subgroup reductions.
     BitlinearSubgroup,
-    /// `rope.wgsl`: ROPE.
+    /// `rope.wgsl` after `rope_math.wgsl`: ROPE.
     Rope,
     /// `kv_write.wgsl`: KV_WRITE.
     KvWrite,
     /// `attention.wgsl`: ATTENTION.
     Attention,
+    /// `bitlinear.wgsl` with the `residual_add.wgsl` epilogue (fused BITLINEAR +
+    /// TENSOR_ADD), portable reductions.
+    BitlinearAdd,
+    /// `bitlinear.wgsl` with the `residual_add.wgsl` epilogue, subgroup reductions.
+    BitlinearAddSubgroup,
+    /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue (fused up BITLINEAR + SILU/RELU2 +
+    /// ELEMENT_MUL), portable reductions.
+    BitlinearActMul,
+    /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
+    BitlinearActMulSubgroup,
+    /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `bitlinear_store.wgsl` and
+    /// `elementwise_ops.wgsl` (several one-token BITLINEAR products in one dispatch),
+    /// portable reductions.
+    BitlinearMulti,
+    /// `bitlinear_multi.wgsl`, subgroup reductions.
+    BitlinearMultiSubgroup,
+    /// `rope_kv.wgsl` after `rope_math.wgsl` (fused ROPE q, k + KV_WRITE k, v).
+    RopeKv,
+    /// `norm_quant.wgsl` (fused RMS_NORM + BITLINEAR quantization), portable reductions.
+    NormQuant,
+    /// `norm_quant.wgsl`, subgroup reductions.
+    NormQuantSubgroup,
 }
 
 impl Shader {
@@ -83,13 +108,22 @@ impl Shader {
             Shader::Rope => "rope.wgsl",
             Shader::KvWrite => "kv_write.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::BitlinearAdd => "bitlinear.wgsl+residual_add.wgsl",
+            Shader::BitlinearAddSubgroup => "bitlinear.wgsl+residual_add.wgsl (subgroups)",
+            Shader::BitlinearActMul => "bitlinear.wgsl+act_mul.wgsl",
+            Shader::BitlinearActMulSubgroup => "bitlinear.wgsl+act_mul.wgsl (subgroups)",
+            Shader::BitlinearMulti => "bitlinear_multi.wgsl",
+            Shader::BitlinearMultiSubgroup => "bitlinear_multi.wgsl (subgroups)",
+            Shader::RopeKv => "rope_kv.wgsl",
+            Shader::NormQuant => "norm_quant.wgsl",
+            Shader::NormQuantSubgroup => "norm_quant.wgsl (subgroups)",
         }
     }
 
     /// The WGSL source.
     pub fn source(self) -> &'static str {
         match self {
-            Shader::Elementwise => include_str!("elementwise.wgsl"),
+            Shader::Elementwise => concat!(include_str!("elementwise_ops.wgsl"), include_str!("elementwise.wgsl")),
             Shader::RmsNorm => concat!(include_str!("reduce_portable.wgsl"), include_str!("rms_norm.wgsl")),
             Shader::RmsNormSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
             Shader::Softmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("softmax.wgsl")),
@@ -110,16 +144,71 @@ impl Shader {
             Shader::Bitlinear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
-                include_str!("bitlinear.wgsl")
+                include_str!("bitlinear.wgsl"),
+                include_str!("bitlinear_store.wgsl")
             ),
             Shader::BitlinearSubgroup => {
                 concat!(
                     include_str!("reduce_subgroup.wgsl"),
                     include_str!("act_quant.wgsl"),
-                    include_str!("bitlinear.wgsl")
+                    include_str!("bitlinear.wgsl"),
+                    include_str!("bitlinear_store.wgsl")
                 )
             }
-            Shader::Rope => include_str!("rope.wgsl"),
+            Shader::BitlinearAdd => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::BitlinearAddSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::BitlinearActMul => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
+            Shader::BitlinearActMulSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
+            Shader::BitlinearMulti => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("bitlinear_store.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("bitlinear_multi.wgsl")
+            ),
+            Shader::BitlinearMultiSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("bitlinear.wgsl"),
+                include_str!("bitlinear_store.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("bitlinear_multi.wgsl")
+            ),
+            Shader::NormQuant => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("norm_quant.wgsl")
+            ),
+            Shader::NormQuantSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("norm_quant.wgsl")
+            ),
+            Shader::Rope => concat!(include_str!("rope_math.wgsl"), include_str!("rope.wgsl")),
+            Shader::RopeKv => concat!(include_str!("rope_math.wgsl"), include_str!("rope_kv.wgsl")),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
             Shader::Attention => include_str!("attention.wgsl"),
         }
@@ -148,8 +237,10 @@ pub(crate) enum Storage {
 /// request of that key among the program's dispatches; every dispatch naming the key binds
 /// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
 /// reads what an earlier dispatch of the same instruction wrote (the one just before it, or
-/// for a LINEAR over several row windows, its one rounding dispatch before them all), so
-/// sharing one buffer between instructions is safe. Nothing is allocated when the program
+/// for a LINEAR over several row windows, its one rounding dispatch before them all), or of
+/// the same fused group (`fuse.rs`: one quantization read by the products of every
+/// BITLINEAR in the group, with no other dispatch between), so sharing one buffer between
+/// instructions is safe. Nothing is allocated when the program
 /// runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ScratchKey {

@@ -1,0 +1,781 @@
+//! The fusion pass of the compiler: which ranges of a program's instructions become one
+//! group of kernel calls instead of each instruction's own.
+//!
+//! Why: the compiler otherwise maps every instruction to its own kernels, one to one, so a
+//! BitNet layer re-quantizes the same normed activations for q, k and v (and again for gate
+//! and up), writes every intermediate to memory although only the next kernel reads it,
+//! and pays a dispatch for each. On a real GPU the dispatch count, not the bandwidth, is
+//! the wall for decode (issue 10).
+//!
+//! The pass reads the instruction list once and returns a [`Plan`]: a list of [`Unit`]s
+//! covering every instruction in order, each either one instruction on the unfused path or
+//! a fused group. Every pattern it matches is a variant of [`Pattern`], with the conditions
+//! under which it applies; anything else (and every instruction of a candidate group whose
+//! preconditions fail) stays on the one-instruction path, so a program the pass cannot fuse
+//! runs unfused, never wrong. `GpuOptions::fuse = false` (or `PUREBEE_GPU_NO_FUSE=1`) turns
+//! the pass off.
+//!
+//! **Dead intermediates.** A fused kernel holds some values in registers that the unfused
+//! program writes to a tensor: the normed rows of a fused RMS_NORM, a BITLINEAR's output
+//! that the fused residual add consumes. Such a write is skipped (a `WRITE_OUT = 0`
+//! specialization) when it is *dead* by a rule that needs no knowledge of what the host
+//! reads: the write of tensor T by instruction i is dead when a later instruction j of the
+//! same program fully overwrites T (any instruction whose output is T, GRID_ALLOC,
+//! GRID_WRITE; not KV_WRITE, which writes part of its cache) or FREEs it, and no instruction
+//! between i and j, nor j itself, reads T, except the instructions of the fused group whose
+//! reads of T the group serves from registers. (An in-place instruction reading T counts as
+//! a read.) The last write of a tensor in a program is therefore always kept: the host may
+//! read any tensor after a run.
+
+use std::ops::Range;
+
+use purebee_isa::ops::{Binary, BitLinear, RmsNorm};
+use purebee_isa::Instruction;
+use purebee_memory::{DType, TensorId};
+
+use crate::kernels::bitlinear::{self, Epilogue};
+use crate::kernels::elementwise::UnaryOp;
+use crate::kernels::{norm_quant, rope_kv, KernelCall, RecordCtx};
+use crate::GpuError;
+
+/// The patterns the pass matches. A fused group may combine several (a BitNet block norm
+/// followed by q, k and v is [`Pattern::NormQuantization`] and
+/// [`Pattern::SharedQuantization`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Pattern {
+    /// Consecutive BITLINEARs that read the same `x`: its int8 quantization (`quantize`,
+    /// or the fused norm below) is computed once, into the activation scratch buffers, and
+    /// every BITLINEAR's product reads it. Sound because no BITLINEAR writes its own `x`
+    /// (the ISA requires `out` distinct from the inputs), so `x` is unchanged between them,
+    /// and the quantization depends on `x` alone. (BitNet: q/k/v; gate/up.)
+    SharedQuantization,
+    /// RMS_NORM(h, x) immediately followed by BITLINEARs reading `h` (also in place,
+    /// `h == x`: the BitNet sub-norms): one `norm_quant.wgsl` dispatch normalizes each row
+    /// and quantizes it, bit-identical to RMS_NORM then `quantize`; `h` is written only when
+    /// that write is not dead. Needs `h`'s row length to be a non-zero multiple of 4 (a
+    /// BITLINEAR's `k` is a multiple of 128).
+    NormQuantization,
+    /// BITLINEAR(p, ·) immediately followed by TENSOR_ADD(o, r, p) or TENSOR_ADD(o, p, r),
+    /// `r ≠ p`, `o ≠ p`: the add as the epilogue of the product kernel
+    /// (`residual_add.wgsl`), each output element read and written by the one invocation
+    /// that computes it (so `o == r`, the in-place residual, is safe); `p` is written only
+    /// when that write is not dead. Needs `o` to differ from the weight and the output
+    /// scale (bound read-only by the product), and the device to allow 8 storage buffers
+    /// per stage. (The product reads only the scratch activations, so `o` or `r` may be the
+    /// quantized tensor; when `r` is a fused norm's output, the dead-store rule sees the
+    /// add read it and keeps the norm's write.)
+    ResidualEpilogue,
+    /// BITLINEAR(u, ·) (the last of its group: gate and up share the quantization)
+    /// immediately followed by ACT(g, g) (SILU, RELU2 or GELU, in place) and
+    /// ELEMENT_MUL(g, g, u) or ELEMENT_MUL(g, u, g), `g ≠ u`: the activation and the
+    /// multiply as the epilogue of u's product kernel (`act_mul.wgsl`), each element of g
+    /// read and written by the one invocation that computes u's element, with the
+    /// elementwise kernels' own operations (bit-identical); u is written only when that
+    /// write is not dead. Needs g to differ from the weight and the output scale (bound
+    /// read-only by the product). (BitNet: gate/up + RELU2 + ELEMENT_MUL; Llama-shaped
+    /// ternary models: SILU.)
+    ActMulEpilogue,
+    /// ROPE(q, q) ; ROPE(k, k) ; KV_WRITE(kc, k) ; KV_WRITE(vc, v), in that order: one
+    /// `rope_kv.wgsl` dispatch rotating q and k and appending the rotated k and v to the
+    /// caches (rope.wgsl's arithmetic, bit for bit); k is written back only when that write
+    /// is not dead. Needs both ROPEs in place with the same position, base, style and
+    /// head_dim and `rot_dim == head_dim` (no unrotated tail for the cache copy), both
+    /// KV_WRITEs at that position, q, k, v and the two caches pairwise distinct, and one row
+    /// count for q, k and v. (Every attention block.)
+    #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::RopeKv
+    RopeKvWrite,
+    /// Three BITLINEARs sharing a quantization (q, k, v) at one token: their products in
+    /// one dispatch (`bitlinear_multi.wgsl`'s `gemv_multi`: the rows of the three weights
+    /// in one grid, each row computed as `gemv` computes it). Needs one ternary type and
+    /// either all or none of the output scales, distinct outputs that are none of the
+    /// weights and scales, no epilogue, and 14 storage buffers per stage; otherwise the
+    /// three products stay separate dispatches (still sharing the quantization).
+    MultiProduct,
+    /// [`Pattern::ActMulEpilogue`] over two BITLINEARs (gate, up) at one token whose first
+    /// output is the gated tensor: the two products, the activation and the multiply in
+    /// one dispatch (`gemv_gated`: two accumulators per row, each reduced as `gemv`
+    /// reduces it). Needs one ternary type, all or none of the output scales, and 11
+    /// storage buffers per stage; otherwise the up product carries the epilogue alone.
+    GatedPair,
+}
+
+/// A fused RMS_NORM at the head of a [`QuantGroup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NormPart {
+    pub index: usize,
+    /// Whether the normed tensor is written (its write is not dead).
+    pub write_out: bool,
+}
+
+/// The instructions fused into the last product of a [`QuantGroup`] (a TENSOR_ADD, or an
+/// activation and an ELEMENT_MUL), as its epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TailPart {
+    /// The last instruction absorbed.
+    pub last: usize,
+    pub epilogue: Epilogue,
+}
+
+/// Consecutive instructions that share one activation quantization: an optional RMS_NORM,
+/// one or more BITLINEARs reading the same tensor, and an optional epilogue (a residual
+/// add, or an activation and a multiply) after the last of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct QuantGroup {
+    pub norm: Option<NormPart>,
+    pub linears: Vec<usize>,
+    pub tail: Option<TailPart>,
+    /// The products run as one dispatch ([`Pattern::MultiProduct`] or
+    /// [`Pattern::GatedPair`]).
+    pub merged: bool,
+}
+
+impl QuantGroup {
+    /// The instructions the group covers.
+    pub fn range(&self) -> Range<usize> {
+        let first = self.norm.map_or(self.linears[0], |n| n.index);
+        let last = self.tail.map_or(self.linears[self.linears.len() - 1], |a| a.last);
+        first..last + 1
+    }
+
+    /// The patterns the group applies.
+    pub fn patterns(&self) -> Vec<Pattern> {
+        let mut p = Vec::new();
+        if self.linears.len() > 1 {
+            p.push(Pattern::SharedQuantization);
+        }
+        if self.norm.is_some() {
+            p.push(Pattern::NormQuantization);
+        }
+        match self.tail.map(|t| t.epilogue) {
+            Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
+            Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
+            None => {}
+        }
+        if self.merged {
+            p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
+        }
+        p
+    }
+}
+
+/// One step of a [`Plan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    /// One instruction on the unfused path (`kernels::record`, or the compiler's own
+    /// handling of memory instructions).
+    Single(usize),
+    /// A group sharing one activation quantization.
+    Quant(QuantGroup),
+    /// [`Pattern::RopeKvWrite`]: the four instructions from `first`.
+    RopeKv { first: usize, write_k: bool },
+}
+
+/// The fusion plan of a program: units covering every instruction once, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub units: Vec<Unit>,
+}
+
+impl Plan {
+    /// Every instruction on its own (fusion off).
+    pub fn unfused(len: usize) -> Plan {
+        Plan { units: (0..len).map(Unit::Single).collect() }
+    }
+
+    /// The patterns applied, one entry per group and pattern, in program order.
+    #[cfg(test)]
+    pub fn patterns(&self) -> Vec<Pattern> {
+        self.units
+            .iter()
+            .flat_map(|u| match u {
+                Unit::Quant(g) => g.patterns(),
+                Unit::RopeKv { .. } => vec![Pattern::RopeKvWrite],
+                Unit::Single(_) => vec![],
+            })
+            .collect()
+    }
+}
+
+/// What the pass needs to know about the device and the tensors.
+pub(crate) struct Limits {
+    /// `max_storage_buffers_per_shader_stage`.
+    pub max_storage_buffers: u32,
+}
+
+/// Storage buffers the residual-add product binds (bindings 2..=9).
+const ADD_STORAGE_BUFFERS: u32 = 8;
+
+/// Plans the fusion of `instructions` (see the module docs).
+pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction]) -> Plan {
+    let mut units = Vec::new();
+    let mut i = 0;
+    while i < instructions.len() {
+        if let Some(write_k) = rope_kv_at(ctx, instructions, i) {
+            units.push(Unit::RopeKv { first: i, write_k });
+            i += 4;
+            continue;
+        }
+        match group_at(ctx, limits, instructions, i) {
+            Some(g) => {
+                let r = g.range();
+                units.push(Unit::Quant(g));
+                i = r.end;
+            }
+            None => {
+                units.push(Unit::Single(i));
+                i += 1;
+            }
+        }
+    }
+    Plan { units }
+}
+
+/// The dispatch of a [`Pattern::RopeKvWrite`] unit.
+pub(crate) fn record_rope_kv(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    first: usize,
+    write_k: bool,
+) -> Result<Vec<KernelCall>, GpuError> {
+    match instructions.get(first..first + 4) {
+        Some([Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)]) => {
+            Ok(vec![rope_kv::record(ctx, (rq, rk), (kk, kv), write_k)?])
+        }
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not ROPE, ROPE, KV_WRITE, KV_WRITE"))),
+    }
+}
+
+/// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`.
+fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option<bool> {
+    let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
+        instructions.get(i..i + 4)?
+    else {
+        return None;
+    };
+    let (q, k, v, kc, vc) = (rq.out, rk.out, kv.src, kk.cache, kv.cache);
+    let same_rope = rq.head_dim == rk.head_dim
+        && rq.rot_dim == rk.rot_dim
+        && rq.rot_dim == rq.head_dim
+        && rq.style == rk.style
+        && rq.base == rk.base
+        && rq.pos == rk.pos;
+    let in_place = rq.x == q && rk.x == k;
+    let writes = kk.src == k && kk.pos == rq.pos && kv.pos == rq.pos;
+    let ids = [q, k, v, kc, vc];
+    let distinct = ids.iter().enumerate().all(|(a, x)| ids[a + 1..].iter().all(|y| y != x));
+    let rows = |id| ctx.desc(id).ok().map(|d| d.shape.rows());
+    let same_rows = rows(q).is_some() && rows(q) == rows(k) && rows(q) == rows(v);
+    let ok = same_rope
+        && in_place
+        && writes
+        && distinct
+        && same_rows
+        && rq.head_dim > 0
+        && ids.iter().all(|&t| fits(ctx, t));
+    ok.then(|| !write_is_dead(instructions, i + 1, k, &[i + 2]))
+}
+
+/// The kernel calls of a fused group.
+pub(crate) fn record(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    g: &QuantGroup,
+) -> Result<Vec<KernelCall>, GpuError> {
+    let bitlinear_at = |i: usize| match instructions.get(i) {
+        Some(Instruction::BitLinear(b)) => Ok(b),
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not a BITLINEAR"))),
+    };
+    let mut calls = Vec::new();
+    match g.norm {
+        Some(n) => {
+            let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
+                return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
+            };
+            calls.extend(norm_quant::record(ctx, norm, n.write_out)?);
+        }
+        None => calls.extend(bitlinear::quantize(ctx, bitlinear_at(g.linears[0])?)?),
+    }
+    if g.merged {
+        match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
+            (&[a, b, c], None) => {
+                calls.extend(bitlinear::multi_product(ctx, [bitlinear_at(a)?, bitlinear_at(b)?, bitlinear_at(c)?])?);
+            }
+            (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
+                calls.extend(bitlinear::gated_product(ctx, (bitlinear_at(a)?, bitlinear_at(b)?), op, write_out)?);
+            }
+            _ => return Err(GpuError::Wgpu("fusion plan: a merged group of an unknown shape".to_string())),
+        }
+        return Ok(calls);
+    }
+    for (j, &li) in g.linears.iter().enumerate() {
+        let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
+        calls.extend(bitlinear::product(ctx, bitlinear_at(li)?, epilogue)?);
+    }
+    Ok(calls)
+}
+
+/// The tensor an instruction fully overwrites or frees, if any.
+fn killed(i: &Instruction) -> Option<TensorId> {
+    match i {
+        Instruction::GridAlloc(a) => Some(a.tensor),
+        Instruction::GridWrite(w) => Some(w.tensor),
+        Instruction::Free(f) => Some(f.tensor),
+        Instruction::Sync | Instruction::KvWrite(_) => None,
+        Instruction::Embed(o) => Some(o.out),
+        Instruction::RmsNorm(o) => Some(o.out),
+        Instruction::Linear(o) => Some(o.out),
+        Instruction::BitLinear(o) => Some(o.out),
+        Instruction::TensorAdd(o) | Instruction::ElementMul(o) => Some(o.out),
+        Instruction::Silu(o) | Instruction::Relu2(o) | Instruction::Gelu(o) => Some(o.out),
+        Instruction::Softmax(o) => Some(o.out),
+        Instruction::Rope(o) => Some(o.out),
+        Instruction::Attention(o) => Some(o.out),
+        Instruction::Argmax(o) => Some(o.out),
+    }
+}
+
+/// Whether an instruction reads `t` (in-place instructions read their output; KV_WRITE is
+/// taken to read its cache, which it writes only in part).
+fn reads(i: &Instruction, t: TensorId) -> bool {
+    match i {
+        Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => false,
+        Instruction::KvWrite(k) => k.cache == t || k.src == t,
+        other => {
+            let ops = other.operands();
+            // operands() lists the output first, then the inputs.
+            ops.iter().skip(1).any(|&id| id == t)
+        }
+    }
+}
+
+/// The dead-store rule (module docs): whether the write of `t` by instruction `at` is dead,
+/// the reads of `t` by the instructions in `served` being served from registers.
+pub(crate) fn write_is_dead(instructions: &[Instruction], at: usize, t: TensorId, served: &[usize]) -> bool {
+    for (j, i) in instructions.iter().enumerate().skip(at + 1) {
+        if !served.contains(&j) && reads(i, t) {
+            return false;
+        }
+        if killed(i) == Some(t) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The bytes of an F32 tensor, or `None` when it is not one.
+fn f32_bytes(ctx: &RecordCtx, id: TensorId) -> Option<u64> {
+    let d = ctx.desc(id).ok()?;
+    (d.dtype == DType::F32).then(|| d.shape.numel() as u64 * 4)
+}
+
+/// Whether the F32 tensor fits one binding (windowed tensors are not fused).
+fn fits(ctx: &RecordCtx, id: TensorId) -> bool {
+    f32_bytes(ctx, id).is_some_and(|b| b <= ctx.max_binding)
+}
+
+/// Whether RMS_NORM `n` can be fused with the quantization of its output.
+fn norm_fusable(ctx: &RecordCtx, n: &RmsNorm) -> bool {
+    let Ok(d) = ctx.desc(n.x) else { return false };
+    let (rows, cols) = (d.shape.rows(), d.shape.cols());
+    rows > 0
+        && cols > 0
+        && cols.is_multiple_of(4)
+        && rows.checked_mul(cols).is_some_and(|e| u32::try_from(e).is_ok())
+        && fits(ctx, n.x)
+        && fits(ctx, n.out)
+        && fits(ctx, n.weight)
+}
+
+/// The residual operand of `add` when it can be the epilogue of BITLINEAR `b`.
+fn epilogue_of(ctx: &RecordCtx, limits: &Limits, b: &BitLinear, add: &Binary) -> Option<TensorId> {
+    if limits.max_storage_buffers < ADD_STORAGE_BUFFERS {
+        return None;
+    }
+    let r = match (add.a == b.out, add.b == b.out) {
+        (true, false) => add.b,
+        (false, true) => add.a,
+        _ => return None,
+    };
+    let mut bound_read_only = [b.weight].into_iter().chain(b.scale);
+    let ok = add.out != b.out
+        && !bound_read_only.any(|id| id == add.out)
+        && fits(ctx, r)
+        && fits(ctx, add.out)
+        && fits(ctx, b.out);
+    ok.then_some(r)
+}
+
+/// The gate tensor and the activation when `act` then `mul` can be the epilogue of
+/// BITLINEAR `b` (pattern [`Pattern::ActMulEpilogue`]).
+fn act_mul_of(ctx: &RecordCtx, b: &BitLinear, act: &Instruction, mul: &Binary) -> Option<(TensorId, UnaryOp)> {
+    let (op, a) = match act {
+        Instruction::Silu(a) => (UnaryOp::Silu, a),
+        Instruction::Relu2(a) => (UnaryOp::Relu2, a),
+        Instruction::Gelu(a) => (UnaryOp::Gelu, a),
+        _ => return None,
+    };
+    let g = a.out;
+    let operands_ok = a.x == g && mul.out == g && ((mul.a == g && mul.b == b.out) || (mul.a == b.out && mul.b == g));
+    let ok = operands_ok && g != b.out && g != b.weight && b.scale != Some(g) && fits(ctx, g) && fits(ctx, b.out);
+    ok.then_some((g, op))
+}
+
+/// Whether the products of `linears` (with `tail`) can run as one dispatch
+/// ([`Pattern::MultiProduct`], [`Pattern::GatedPair`]).
+fn mergeable(
+    ctx: &RecordCtx,
+    limits: &Limits,
+    instructions: &[Instruction],
+    linears: &[usize],
+    tail: Option<TailPart>,
+) -> bool {
+    let bs: Vec<&BitLinear> = linears
+        .iter()
+        .filter_map(|&i| match instructions.get(i) {
+            Some(Instruction::BitLinear(b)) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let Some(first) = bs.first() else { return false };
+    let dtype = |b: &BitLinear| ctx.desc(b.weight).ok().map(|d| d.dtype);
+    let tokens = |b: &BitLinear| {
+        let m = ctx.desc(b.weight).ok()?.shape.rows();
+        ctx.desc(b.out).ok()?.shape.numel().checked_div(m)
+    };
+    let alike = bs.len() == linears.len()
+        && bs.iter().all(|b| dtype(b).is_some() && dtype(b) == dtype(first) && tokens(b) == Some(1))
+        && (bs.iter().all(|b| b.scale.is_some()) || bs.iter().all(|b| b.scale.is_none()));
+    if !alike {
+        return false;
+    }
+    match (bs.len(), tail.map(|t| t.epilogue)) {
+        (3, None) => {
+            let outs: Vec<TensorId> = bs.iter().map(|b| b.out).collect();
+            let inputs: Vec<TensorId> = bs.iter().flat_map(|b| [b.weight].into_iter().chain(b.scale)).collect();
+            let distinct = outs[0] != outs[1] && outs[0] != outs[2] && outs[1] != outs[2];
+            distinct
+                && !outs.iter().any(|o| inputs.contains(o))
+                && limits.max_storage_buffers >= bitlinear::MULTI_STORAGE_BUFFERS
+        }
+        (2, Some(Epilogue::ActMul { gated, .. })) => {
+            gated == bs[0].out && limits.max_storage_buffers >= bitlinear::GATED_STORAGE_BUFFERS
+        }
+        _ => false,
+    }
+}
+
+/// The fused group starting at instruction `i`, if one does and fuses anything.
+fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<QuantGroup> {
+    let (norm, first) = match instructions.get(i)? {
+        Instruction::RmsNorm(n) if norm_fusable(ctx, n) => match instructions.get(i + 1) {
+            Some(Instruction::BitLinear(b)) if b.x == n.out => (Some((i, n)), i + 1),
+            _ => return None,
+        },
+        Instruction::BitLinear(_) => (None, i),
+        _ => return None,
+    };
+    let Some(Instruction::BitLinear(b0)) = instructions.get(first) else { return None };
+    let x = b0.x;
+    let mut linears = vec![first];
+    let mut j = first + 1;
+    while let Some(Instruction::BitLinear(b)) = instructions.get(j) {
+        if b.x != x {
+            break;
+        }
+        linears.push(j);
+        j += 1;
+    }
+    let last = linears[linears.len() - 1];
+    let Some(Instruction::BitLinear(bl)) = instructions.get(last) else { return None };
+    let tail = match (instructions.get(j), instructions.get(j + 1)) {
+        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, bl, a).map(|residual| TailPart {
+            last: j,
+            epilogue: Epilogue::Add {
+                residual,
+                sum: a.out,
+                write_out: !write_is_dead(instructions, last, bl.out, &[j]),
+            },
+        }),
+        (Some(act), Some(Instruction::ElementMul(mul))) => act_mul_of(ctx, bl, act, mul).map(|(gated, op)| TailPart {
+            last: j + 1,
+            epilogue: Epilogue::ActMul { gated, op, write_out: !write_is_dead(instructions, last, bl.out, &[j + 1]) },
+        }),
+        _ => None,
+    };
+    let norm =
+        norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
+    let merged = mergeable(ctx, limits, instructions, &linears, tail);
+    let g = QuantGroup { norm, linears, tail, merged };
+    (!g.patterns().is_empty()).then_some(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Capabilities;
+    use purebee_isa::{Program, ProgramBuilder};
+    use purebee_memory::Registry;
+
+    fn ctx(reg: &Registry) -> RecordCtx<'_> {
+        RecordCtx { reg, caps: Capabilities::default(), max_workgroups: 65535, max_binding: 1 << 27 }
+    }
+
+    const LIMITS: Limits = Limits { max_storage_buffers: 8 };
+
+    /// A BitNet layer as runtime/src/forward.rs writes it (without the attention part's
+    /// ROPE/KV_WRITE/ATTENTION, which the pass leaves alone: `att` stands in), repeated
+    /// `layers` times; returns the program and the registry.
+    fn bitnet_layers(layers: usize) -> (Program, Registry) {
+        let mut reg = Registry::new();
+        let (d, ff) = (128, 256);
+        let t = DType::I2_S;
+        let mut b = ProgramBuilder::new("layer", &mut reg);
+        let f = DType::F32;
+        let x = b.declare("x", f, &[1, d]).expect("valid");
+        let h = b.declare("h", f, &[1, d]).expect("valid");
+        let q = b.declare("q", f, &[1, d]).expect("valid");
+        let k = b.declare("k", f, &[1, d]).expect("valid");
+        let v = b.declare("v", f, &[1, d]).expect("valid");
+        let att = b.declare("att", f, &[1, d]).expect("valid");
+        let proj = b.declare("proj", f, &[1, d]).expect("valid");
+        let gate = b.declare("gate", f, &[1, ff]).expect("valid");
+        let up = b.declare("up", f, &[1, ff]).expect("valid");
+        let nw = b.declare("nw", f, &[d]).expect("valid");
+        let fw = b.declare("fw", f, &[ff]).expect("valid");
+        let wd = b.declare("wd", t, &[d, d]).expect("valid");
+        let wu = b.declare("wu", t, &[ff, d]).expect("valid");
+        let wdn = b.declare("wdn", t, &[d, ff]).expect("valid");
+        for _ in 0..layers {
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            b.bitlinear(q, h, wd, None).expect("valid");
+            b.bitlinear(k, h, wd, None).expect("valid");
+            b.bitlinear(v, h, wd, None).expect("valid");
+            b.add(att, q, k).expect("valid"); // stands in for ROPE .. ATTENTION (reads q, k)
+            b.rms_norm(att, att, nw, 1e-5).expect("valid");
+            b.bitlinear(proj, att, wd, None).expect("valid");
+            b.add(x, x, proj).expect("valid");
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            b.bitlinear(gate, h, wu, None).expect("valid");
+            b.bitlinear(up, h, wu, None).expect("valid");
+            b.relu2(gate, gate).expect("valid");
+            b.mul(gate, gate, up).expect("valid");
+            b.rms_norm(gate, gate, fw, 1e-5).expect("valid");
+            b.bitlinear(proj, gate, wdn, None).expect("valid");
+            b.add(x, x, proj).expect("valid");
+        }
+        (b.finish(), reg)
+    }
+
+    #[test]
+    fn a_bitnet_layer_matches_every_pattern() {
+        let (p, reg) = bitnet_layers(2);
+        let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+        use Pattern::*;
+        // Per group: SharedQuantization, NormQuantization, then the epilogue.
+        let mut want = Vec::new();
+        for _ in 0..2 {
+            want.extend([
+                SharedQuantization,
+                NormQuantization,
+                NormQuantization,
+                ResidualEpilogue,
+                SharedQuantization,
+                NormQuantization,
+                ActMulEpilogue,
+                NormQuantization,
+                ResidualEpilogue,
+            ]);
+        }
+        assert_eq!(plan.patterns(), want);
+        // Units per layer: 4 groups + ADD(att) = 5.
+        assert_eq!(plan.units.len(), 10);
+    }
+
+    #[test]
+    fn rope_and_kv_writes_fuse_only_when_they_agree() {
+        use purebee_isa::ops::{Rope, RopeStyle};
+        use purebee_isa::U32Arg;
+        let build = |rot_dim: u32, v_pos: u32| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let f = DType::F32;
+            let q = b.declare("q", f, &[2, 128]).expect("valid");
+            let k = b.declare("k", f, &[2, 64]).expect("valid");
+            let v = b.declare("v", f, &[2, 64]).expect("valid");
+            let kc = b.declare("kc", f, &[8, 64]).expect("valid");
+            let vc = b.declare("vc", f, &[8, 64]).expect("valid");
+            let pos = U32Arg::Const(3);
+            let rope =
+                |t| Rope { out: t, x: t, head_dim: 32, rot_dim, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
+            b.rope(rope(q)).expect("valid");
+            b.rope(rope(k)).expect("valid");
+            b.kv_write(kc, k, pos).expect("valid");
+            b.kv_write(vc, v, U32Arg::Const(v_pos)).expect("valid");
+            let p = b.finish();
+            let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+            plan
+        };
+        // k is not written again in the program: the rotated k is its last write, kept.
+        assert_eq!(build(32, 3).units, [Unit::RopeKv { first: 0, write_k: true }]);
+        assert_eq!(build(32, 3).patterns(), [Pattern::RopeKvWrite]);
+        // A rotary width below head_dim, or another position for v: unfused.
+        assert_eq!(build(16, 3), Plan::unfused(4));
+        assert_eq!(build(32, 4), Plan::unfused(4));
+    }
+
+    #[test]
+    fn enough_storage_buffers_merge_the_products() {
+        let (p, reg) = bitnet_layers(1);
+        let plan = plan(&ctx(&reg), &Limits { max_storage_buffers: 14 }, p.instructions());
+        use Pattern::*;
+        let want = [
+            SharedQuantization,
+            NormQuantization,
+            MultiProduct,
+            NormQuantization,
+            ResidualEpilogue,
+            SharedQuantization,
+            NormQuantization,
+            ActMulEpilogue,
+            GatedPair,
+            NormQuantization,
+            ResidualEpilogue,
+        ];
+        assert_eq!(plan.patterns(), want);
+        // 11 storage buffers: the gated pair, not the three products.
+        let plan = super::plan(&ctx(&reg), &Limits { max_storage_buffers: 11 }, p.instructions());
+        assert!(plan.patterns().contains(&GatedPair) && !plan.patterns().contains(&MultiProduct));
+    }
+
+    #[test]
+    fn gating_and_merging_need_their_preconditions() {
+        use Pattern::*;
+        // gate/up of `tokens` tokens, weight types (gate, up), an in-place activation or not.
+        let build = |tokens: usize, (tg, tu): (DType, DType), in_place: bool| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let f = DType::F32;
+            let h = b.declare("h", f, &[tokens, 256]).expect("valid");
+            let g = b.declare("g", f, &[tokens, 256]).expect("valid");
+            let g2 = b.declare("g2", f, &[tokens, 256]).expect("valid");
+            let u = b.declare("u", f, &[tokens, 256]).expect("valid");
+            let wg = b.declare("wg", tg, &[256, 256]).expect("valid");
+            let wu = b.declare("wu", tu, &[256, 256]).expect("valid");
+            b.bitlinear(g, h, wg, None).expect("valid");
+            b.bitlinear(u, h, wu, None).expect("valid");
+            b.silu(if in_place { g } else { g2 }, g).expect("valid");
+            b.mul(g, u, g).expect("valid"); // the operands in the other order
+            let p = b.finish();
+            plan(&ctx(&reg), &Limits { max_storage_buffers: 32 }, p.instructions()).patterns()
+        };
+        let (tq, i2) = (DType::TQ2_0, DType::I2_S);
+        assert_eq!(build(1, (tq, tq), true), [SharedQuantization, ActMulEpilogue, GatedPair]);
+        // Two tokens (tiled products) or two weight types: the epilogue, not the pair.
+        assert_eq!(build(2, (tq, tq), true), [SharedQuantization, ActMulEpilogue]);
+        assert_eq!(build(1, (tq, i2), true), [SharedQuantization, ActMulEpilogue]);
+        // An activation out of place: only the shared quantization.
+        assert_eq!(build(1, (tq, tq), false), [SharedQuantization]);
+    }
+
+    #[test]
+    fn dead_stores_follow_the_rule() {
+        let (p, reg) = bitnet_layers(2);
+        let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+        let groups: Vec<&QuantGroup> = plan
+            .units
+            .iter()
+            .filter_map(|u| match u {
+                Unit::Quant(g) => Some(g),
+                Unit::Single(_) | Unit::RopeKv { .. } => None,
+            })
+            .collect();
+        assert_eq!(groups.len(), 8);
+        let norm_writes: Vec<bool> = groups.iter().map(|g| g.norm.is_some_and(|n| n.write_out)).collect();
+        // Layer 1: h dead (the FFN norm overwrites it), att dead (layer 2's ADD(att) writes
+        // it), h dead, gate dead (layer 2's gate BITLINEAR). Layer 2: h dead (FFN norm),
+        // att kept (last write), h kept (last write), gate kept (last write).
+        assert_eq!(norm_writes, [false, false, false, false, false, true, true, true]);
+        let proj_writes: Vec<bool> = groups
+            .iter()
+            .filter_map(|g| match g.tail.map(|t| t.epilogue) {
+                Some(Epilogue::Add { write_out, .. }) => Some(write_out),
+                _ => None,
+            })
+            .collect();
+        let up_writes: Vec<bool> = groups
+            .iter()
+            .filter_map(|g| match g.tail.map(|t| t.epilogue) {
+                Some(Epilogue::ActMul { write_out, .. }) => Some(write_out),
+                _ => None,
+            })
+            .collect();
+        // up: overwritten by the next layer's up BITLINEAR; kept in the last layer.
+        assert_eq!(up_writes, [false, true]);
+        // proj: overwritten by the next BITLINEAR(proj) each time except the very last.
+        assert_eq!(proj_writes, [false, false, false, true]);
+    }
+
+    #[test]
+    fn a_read_between_keeps_the_write() {
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("p", &mut reg);
+        let f = DType::F32;
+        let x = b.declare("x", f, &[2, 128]).expect("valid");
+        let h = b.declare("h", f, &[2, 128]).expect("valid");
+        let y = b.declare("y", f, &[2, 128]).expect("valid");
+        let nw = b.declare("nw", f, &[128]).expect("valid");
+        let w = b.declare("w", DType::I2_S, &[128, 128]).expect("valid");
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        b.bitlinear(y, h, w, None).expect("valid");
+        b.relu2(y, h).expect("valid"); // reads h: its write is live
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        b.bitlinear(y, h, w, None).expect("valid");
+        b.free(h).expect("valid"); // then h dies
+        let p = b.finish();
+        let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
+        let writes: Vec<bool> = plan
+            .units
+            .iter()
+            .filter_map(|u| match u {
+                Unit::Quant(g) => g.norm.map(|n| n.write_out),
+                Unit::Single(_) | Unit::RopeKv { .. } => None,
+            })
+            .collect();
+        assert_eq!(writes, [true, false]);
+        // The last write of a tensor is kept: y's, with nothing after it.
+        assert!(!write_is_dead(p.instructions(), 4, y, &[]));
+    }
+
+    #[test]
+    fn unfusable_programs_stay_unfused() {
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("p", &mut reg);
+        let f = DType::F32;
+        let x = b.declare("x", f, &[1, 128]).expect("valid");
+        let h = b.declare("h", f, &[1, 128]).expect("valid");
+        let y = b.declare("y", f, &[1, 128]).expect("valid");
+        let nw = b.declare("nw", f, &[128]).expect("valid");
+        let wf = b.declare("wf", f, &[128, 128]).expect("valid");
+        // Llama-style: RMS_NORM then LINEAR, then an add: nothing to fuse.
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        b.linear(y, h, wf).expect("valid");
+        b.add(x, x, y).expect("valid");
+        let p = b.finish();
+        let pl = plan(&ctx(&reg), &LIMITS, p.instructions());
+        assert_eq!(pl, Plan::unfused(3));
+        // A device with too few storage buffers: no residual epilogue.
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("p", &mut reg);
+        let x = b.declare("x", f, &[1, 128]).expect("valid");
+        let y = b.declare("y", f, &[1, 128]).expect("valid");
+        let w = b.declare("w", DType::I2_S, &[128, 128]).expect("valid");
+        b.bitlinear(y, x, w, None).expect("valid");
+        b.add(x, x, y).expect("valid");
+        let p = b.finish();
+        assert_eq!(plan(&ctx(&reg), &Limits { max_storage_buffers: 7 }, p.instructions()), Plan::unfused(2));
+        assert_eq!(plan(&ctx(&reg), &LIMITS, p.instructions()).patterns(), [Pattern::ResidualEpilogue]);
+        // A binding cap below the residual's size: unfused.
+        let small = RecordCtx { max_binding: 256, ..ctx(&reg) };
+        assert_eq!(plan(&small, &LIMITS, p.instructions()), Plan::unfused(2));
+    }
+}

@@ -1,0 +1,158 @@
+// Several BITLINEAR products of one token in one dispatch (fuse.rs, patterns MultiProduct
+// and GatedPair), after bitlinear.wgsl (dot16, acts, act_scales, Params), a store file and
+// elementwise_ops.wgsl (unary_op, binary_op):
+//
+// - gemv_multi: the products of three BITLINEARs that read the same quantized x (q, k, v):
+//   one grid of m0 + m1 + m2 workgroups, rows [0, split1) of weight 0, [split1, split2) of
+//   weight 1, the rest of weight 2; each workgroup is bitlinear.wgsl's gemv on its weight's
+//   row (the weight chosen by a workgroup-uniform branch), so every output is bit-identical.
+// - gemv_gated: BITLINEAR(g, ·, W0) ; BITLINEAR(u, ·, W1) ; ACT(g, g) ; ELEMENT_MUL(g, g, u):
+//   one workgroup per row j with two accumulators (row j of both weights, the same
+//   activation words), each reduced as gemv reduces it, then g[j] = act(y_g) · y_u with the
+//   elementwise kernels' operations and u[j] = y_u (unless dead: WRITE_OUT = 0).
+//
+// Both need one token (n = 1), one ternary type and one HAS_SCALE for all their weights.
+
+@group(0) @binding(10) var<storage, read> codes0: array<u32>;
+@group(0) @binding(11) var<storage, read> codes1: array<u32>;
+@group(0) @binding(12) var<storage, read> codes2: array<u32>;
+@group(0) @binding(13) var<storage, read> wscales0: array<f32>;
+@group(0) @binding(14) var<storage, read> wscales1: array<f32>;
+@group(0) @binding(15) var<storage, read> wscales2: array<f32>;
+@group(0) @binding(16) var<storage, read> out_scale0: array<f32>;
+@group(0) @binding(17) var<storage, read> out_scale1: array<f32>;
+@group(0) @binding(18) var<storage, read> out_scale2: array<f32>;
+@group(0) @binding(19) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(20) var<storage, read_write> out1: array<f32>;
+@group(0) @binding(21) var<storage, read_write> out2: array<f32>;
+
+// gemv_gated: 1 when u must be written.
+override WRITE_OUT: u32 = 1u;
+
+fn mcode(w: u32, i: u32) -> u32 {
+    if (w == 0u) {
+        return codes0[i];
+    }
+    if (w == 1u) {
+        return codes1[i];
+    }
+    return codes2[i];
+}
+
+fn mscale(w: u32, i: u32) -> f32 {
+    if (w == 0u) {
+        return wscales0[i];
+    }
+    if (w == 1u) {
+        return wscales1[i];
+    }
+    return wscales2[i];
+}
+
+// bitlinear.wgsl's finish for token 0 with weight w's output scale.
+fn mfinish(w: u32, y: f32) -> f32 {
+    var r = y / act_scales[0];
+    if (HAS_SCALE == 1u) {
+        if (w == 0u) {
+            r = r * out_scale0[0];
+        } else if (w == 1u) {
+            r = r * out_scale1[0];
+        } else {
+            r = r * out_scale2[0];
+        }
+    }
+    return r;
+}
+
+@compute @workgroup_size(WG)
+fn gemv_multi(ids: Ids) {
+    let grow = ids.wid.y * ids.nwg.x + ids.wid.x;
+    var w = 0u;
+    var row = grow;
+    var m = p.split1;
+    if (grow >= p.split2) {
+        w = 2u;
+        row = grow - p.split2;
+        m = p.m - p.split2;
+    } else if (grow >= p.split1) {
+        w = 1u;
+        row = grow - p.split1;
+        m = p.split2 - p.split1;
+    }
+    var facc = 0.0;
+    var iacc = 0i;
+    if (row < m) {
+        let cb = row * p.words;
+        for (var wi = ids.lidx; wi < p.words; wi = wi + WG) {
+            let a = 4u * wi;
+            let part = dot16(mcode(w, cb + wi), acts[a], acts[a + 1u], acts[a + 2u], acts[a + 3u]);
+            if (ROW_SCALE == 1u) {
+                iacc = iacc + part;
+            } else {
+                facc = facc + mscale(w, row * p.scale_stride + wi / 16u) * f32(part);
+            }
+        }
+    }
+    var y: f32;
+    if (ROW_SCALE == 1u) {
+        y = f32(reduce_add_i32(iacc, ids)) * mscale(w, 0u);
+    } else {
+        y = reduce_add_f32(facc, ids);
+    }
+    if (row < m && ids.lidx == 0u) {
+        let r = mfinish(w, y);
+        if (w == 0u) {
+            out0[row] = r;
+        } else if (w == 1u) {
+            out1[row] = r;
+        } else {
+            out2[row] = r;
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn gemv_gated(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    var fg = 0.0;
+    var fu = 0.0;
+    var ig = 0i;
+    var iu = 0i;
+    if (row < p.m) {
+        let cb = row * p.words;
+        for (var wi = ids.lidx; wi < p.words; wi = wi + WG) {
+            let a = 4u * wi;
+            let a0 = acts[a];
+            let a1 = acts[a + 1u];
+            let a2 = acts[a + 2u];
+            let a3 = acts[a + 3u];
+            let pg = dot16(codes0[cb + wi], a0, a1, a2, a3);
+            let pu = dot16(codes1[cb + wi], a0, a1, a2, a3);
+            if (ROW_SCALE == 1u) {
+                ig = ig + pg;
+                iu = iu + pu;
+            } else {
+                let si = row * p.scale_stride + wi / 16u;
+                fg = fg + wscales0[si] * f32(pg);
+                fu = fu + wscales1[si] * f32(pu);
+            }
+        }
+    }
+    var yg: f32;
+    var yu: f32;
+    if (ROW_SCALE == 1u) {
+        yg = f32(reduce_add_i32(ig, ids)) * wscales0[0];
+        yu = f32(reduce_add_i32(iu, ids)) * wscales1[0];
+    } else {
+        yg = reduce_add_f32(fg, ids);
+        yu = reduce_add_f32(fu, ids);
+    }
+    if (row < p.m && ids.lidx == 0u) {
+        let g = mfinish(0u, yg);
+        let u = mfinish(1u, yu);
+        if (WRITE_OUT == 1u) {
+            out1[row] = u;
+        }
+        out0[row] = binary_op(unary_op(g), u);
+    }
+}

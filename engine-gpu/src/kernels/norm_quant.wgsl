@@ -1,0 +1,99 @@
+// RMS_NORM followed by BITLINEAR's activation quantization of its output, in one kernel
+// (fuse.rs, pattern NormQuantization): one workgroup per row.
+//
+//     RMS_NORM(h, x, w, eps) ; BITLINEAR(·, h, ·) ...
+//
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1). The float arithmetic is that of
+// rms_norm.wgsl, operation for operation, with the same workgroup size (the dispatcher takes
+// rms_norm's), so every h_i = x_i · inv · w_i is bit-identical to the unfused RMS_NORM's
+// output; the quantization is bitlinear.wgsl's `quantize` applied to those values (the
+// absolute maximum is an exact integer maximum, whatever the workgroup size). The normed
+// values never leave registers: h is written to memory only when a later instruction reads
+// it (WRITE_OUT = 1).
+//
+// Passes over the row: (1) Σ x² (strided by element, as rms_norm.wgsl); (2) max |h_i|;
+// (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
+// and writes only its own four elements, and nothing is read after it, so the in-place entry
+// point (h == x, the BitNet sub-norms) is safe.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+// Scratch: int8 activations [rows, cols / 4] words, and s [rows] (ScratchKey::Bitlinear*).
+@group(0) @binding(5) var<storage, read_write> acts: array<u32>;
+@group(0) @binding(6) var<storage, read_write> act_scales: array<f32>;
+
+// Threads per workgroup, a power of two (rms_norm's choice for the row length).
+override WG: u32 = 256u;
+// 1 when the normed row must be written to `out`.
+override WRITE_OUT: u32 = 1u;
+
+fn inv_rms(sum_sq: f32) -> f32 {
+    return inverseSqrt(sum_sq / f32(p.cols) + p.eps);
+}
+
+// Element i of the row source: `out` in place (h == x), else `x`. (The in-place entry point
+// binds a read-only stand-in at binding 1, unread.)
+fn load(inplace: bool, i: u32) -> f32 {
+    if (inplace) {
+        return out[i];
+    }
+    return x[i];
+}
+
+fn norm_quant_row(ids: Ids, inplace: bool) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.cols;
+    var acc = 0.0;
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
+        let v = load(inplace, base + i);
+        acc = acc + v * v;
+    }
+    let inv = inv_rms(reduce_add_f32(acc, ids));
+    var mx = 0u;
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
+        mx = max(mx, abs_bits(load(inplace, base + i) * inv * weight[i]));
+    }
+    let s_bits = act_scale_bits(reduce_max_u32(mx, ids));
+    let s = bitcast<f32>(s_bits);
+    for (var wd = ids.lidx; wd < p.cols / 4u; wd = wd + WG) {
+        var packed = 0u;
+        for (var b = 0u; b < 4u; b = b + 1u) {
+            let e = 4u * wd + b;
+            let h = load(inplace, base + e) * inv * weight[e];
+            if (WRITE_OUT == 1u) {
+                out[base + e] = h;
+            }
+            let q = quantize1(h, s, s_bits);
+            packed = packed | ((bitcast<u32>(q) & 0xffu) << (8u * b));
+        }
+        acts[row * (p.cols / 4u) + wd] = packed;
+    }
+    if (ids.lidx == 0u) {
+        act_scales[row] = s;
+    }
+}
+
+// h = rms_norm(x), quantized.
+@compute @workgroup_size(WG)
+fn norm_quant(ids: Ids) {
+    norm_quant_row(ids, false);
+}
+
+// out = rms_norm(out), quantized.
+@compute @workgroup_size(WG)
+fn norm_quant_inplace(ids: Ids) {
+    norm_quant_row(ids, true);
+}

@@ -1,0 +1,603 @@
+//! The GPU compiler's fusion pass (`engine-gpu/src/fuse.rs`): whole programs run fused and
+//! unfused, and fused against the reference engine.
+//!
+//! **Fused vs unfused GPU, bit for bit.** The fused kernels do the same float operations in
+//! the same order as the kernels they replace (norm_quant.wgsl is rms_norm.wgsl's
+//! arithmetic at rms_norm's workgroup size, then `quantize`'s exact integer maximum and
+//! correctly rounded scale; the residual and activation epilogues are the elementwise
+//! kernels' operations (elementwise_ops.wgsl); rope_kv.wgsl is rope.wgsl's rotation
+//! (rope_math.wgsl); gemv_multi and gemv_gated are gemv's per-row sums and reductions; a
+//! shared quantization is the same quantization computed once), so a fused program must
+//! give exactly the unfused program's bits in every tensor the host can read.
+//! Checked on whole BitNet layers (two of them, with ROPE, KV_WRITE and ATTENTION, one
+//! token through `gemv` and several through `tiled`, every ternary format, with and without
+//! output scales, subgroup and portable kernels), a Llama-style layer (LINEAR: nothing of it
+//! is fused, and the pass must leave it alone) and a final norm + LM head + ARGMAX.
+//! Since the unfused kernels are held to the reference by the per-instruction tests, this
+//! carries their tolerances over to the fused program.
+//!
+//! **Fused GPU vs the reference engine**, with the per-instruction tolerances:
+//! - shared quantization and the residual epilogue on `bitlinear.rs`'s *exact* data
+//!   (integer activations with max |x| = 127, block scales ±j/8, power-of-two output
+//!   scales, small residuals in multiples of 1/8): every product, sum and add is exact on
+//!   both engines, so the outputs must be equal (±0 compare equal);
+//! - RMS_NORM + quantization: the normed tensor (kept: it is the program's last write) within
+//!   RMS_NORM's tolerance of `rows.rs` (`(depth/2 + 16)·u` relative, depth = ⌈d/64⌉ + 256),
+//!   and the int8 activations and scales in the scratch buffers exactly equal to the ISA's
+//!   `bitlinear_act_scale` / `bitlinear_quantize` of the GPU's own normed values (as
+//!   `bitlinear.rs` checks the unfused `quantize`; a ±1 difference is tolerated only where
+//!   `h·s` lies within one ulp of a .5 boundary, as there).
+//!
+//! **Every pattern is fused**: the dispatches of a BitNet layer, counted with
+//! `GpuEngine::dispatched_kernels`.
+//!
+//! Case counts are small: lavapipe is slow, and the whole file must stay cheap in CI.
+
+use proptest::prelude::*;
+use purebee_engine_gpu::{GpuEngine, ScratchKey};
+use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize, Attention, Rope, RopeStyle};
+use purebee_isa::{DType, IsaError, ParamValue, ProgramBuilder, TensorId, U32Arg};
+use purebee_memory::{HostTensor, Shape};
+use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, pair_for, unfused_pair, Outputs};
+use purebee_tests::rng::SplitMix64;
+
+const FORMATS: [DType; 3] = [DType::TQ1_0, DType::TQ2_0, DType::I2_S];
+
+fn matrix(name: &str, rows: usize, cols: usize, v: Vec<f32>) -> HostTensor {
+    HostTensor::from_f32(name, Shape::matrix(rows, cols).expect("shape"), v).expect("sizes agree")
+}
+
+fn vector(name: &str, v: Vec<f32>) -> HostTensor {
+    HostTensor::from_f32(name, Shape::vector(v.len()), v).expect("sizes agree")
+}
+
+/// Random ternary weight bytes `[m, k]` (codes from random bytes; finite scales: f16 in
+/// ±[2^-10, 2) for TQ, an f32 in ±[0.01, 2) for I2_S), or with `exact` scales ±j/8.
+fn ternary(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, exact: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    if dtype == DType::I2_S {
+        out.extend((0..m * k / 4).map(|_| rng.next_u64() as u8));
+        let s = if exact {
+            rng.sign() * (1 + rng.below(16)) as f32 / 8.0
+        } else {
+            rng.sign() * rng.range(0.01, 2.0) as f32
+        };
+        for _ in 0..8 {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        return out;
+    }
+    let (len, bytes) = (dtype.block_len(), dtype.block_bytes());
+    for _ in 0..m * (k / len) {
+        out.extend((0..bytes - 2).map(|_| rng.next_u64() as u8));
+        let d: u16 = if exact {
+            // ±j/8, j in 1..=16, as an f16: j·2^-3 = 1.f · 2^e.
+            let j = 1 + rng.below(16) as u32;
+            let e = 31 - j.leading_zeros(); // j in [2^e, 2^(e+1))
+            let mant = ((j << (10 - e)) & 0x3ff) as u16;
+            (((rng.below(2) as u16) << 15) | (((15 + e - 3) as u16) << 10)) | mant
+        } else {
+            ((rng.below(2) as u16) << 15) | ((5 + rng.below(11) as u16) << 10) | rng.below(1024) as u16
+        };
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    out
+}
+
+fn randn(rng: &mut SplitMix64, len: usize, mag: f64) -> Vec<f32> {
+    (0..len).map(|_| (rng.range(-1.0, 1.0) * mag) as f32).collect()
+}
+
+/// A BitNet-shaped problem: `layers` layers of the program runtime/src/forward.rs writes.
+#[derive(Clone, Debug)]
+struct Layer {
+    dtype: DType,
+    n: usize,
+    d: usize,
+    ff: usize,
+    head_dim: usize,
+    kv_heads: usize,
+    pos: u32,
+    /// The position as a run-time parameter (else a constant).
+    runtime_pos: bool,
+    scales: bool,
+    relu2: bool,
+    seed: u64,
+}
+
+const LAYERS: usize = 2;
+
+impl Layer {
+    fn kvw(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.pos as usize + self.n + 1
+    }
+
+    /// The inputs: x, the caches, then per layer the norms, the 7 weights and their scales.
+    fn inputs(&self) -> Vec<(String, HostTensor)> {
+        let mut rng = SplitMix64(self.seed);
+        let (d, ff, kvw, n) = (self.d, self.ff, self.kvw(), self.n);
+        let mut v = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
+        for l in 0..LAYERS {
+            let ctx = self.n_ctx();
+            v.push((format!("kc{l}"), matrix("kc", ctx, kvw, randn(&mut rng, ctx * kvw, 1.0))));
+            v.push((format!("vc{l}"), matrix("vc", ctx, kvw, randn(&mut rng, ctx * kvw, 1.0))));
+            for (name, len) in [("attn_norm", d), ("attn_sub", d), ("ffn_norm", d), ("ffn_sub", ff)] {
+                let w = (0..len).map(|_| rng.range(0.5, 1.5) as f32).collect();
+                v.push((format!("{name}{l}"), vector(name, w)));
+            }
+            for (name, m, k) in [
+                ("wq", d, d),
+                ("wk", kvw, d),
+                ("wv", kvw, d),
+                ("wo", d, d),
+                ("wg", ff, d),
+                ("wu", ff, d),
+                ("wd", d, ff),
+            ] {
+                let bytes = ternary(self.dtype, m, k, &mut rng, false);
+                let shape = Shape::matrix(m, k).expect("shape");
+                v.push((format!("{name}{l}"), HostTensor::from_bytes(name, self.dtype, shape, &bytes).expect("sizes")));
+                if self.scales {
+                    v.push((format!("{name}{l}.scale"), vector("scale", vec![rng.range(0.5, 2.0) as f32])));
+                }
+            }
+        }
+        v
+    }
+
+    /// Builds the layers; returns what to read: x, h, q, k, v, att, proj, gate, up, caches.
+    fn build(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &dyn Fn(&str) -> String,
+        ids: &[TensorId],
+    ) -> Result<Vec<TensorId>, IsaError> {
+        let (d, ff, kvw, n) = (self.d, self.ff, self.kvw(), self.n);
+        let f = DType::F32;
+        let x = ids[0];
+        let h = b.alloc(&name("h"), f, &[n, d])?;
+        let q = b.alloc(&name("q"), f, &[n, d])?;
+        let k = b.alloc(&name("k"), f, &[n, kvw])?;
+        let v = b.alloc(&name("v"), f, &[n, kvw])?;
+        let att = b.alloc(&name("att"), f, &[n, d])?;
+        let proj = b.alloc(&name("proj"), f, &[n, d])?;
+        let gate = b.alloc(&name("gate"), f, &[n, ff])?;
+        let up = b.alloc(&name("up"), f, &[n, ff])?;
+        let mut it = ids[1..].iter().copied();
+        let mut next =
+            || it.next().ok_or_else(|| IsaError::Invalid { op: "test", reason: "missing input".to_string() });
+        let mut read = vec![x, h, q, k, v, att, proj, gate, up];
+        let pos = if self.runtime_pos { b.param_u32("pos")? } else { U32Arg::Const(self.pos) };
+        for _ in 0..LAYERS {
+            let (kc, vc) = (next()?, next()?);
+            read.extend([kc, vc]);
+            let (attn_norm, attn_sub, ffn_norm, ffn_sub) = (next()?, next()?, next()?, next()?);
+            let mut w = Vec::new();
+            for _ in 0..7 {
+                let weight = next()?;
+                let scale = if self.scales { Some(next()?) } else { None };
+                w.push((weight, scale));
+            }
+            b.rms_norm(h, x, attn_norm, 1e-5)?;
+            b.bitlinear(q, h, w[0].0, w[0].1)?;
+            b.bitlinear(k, h, w[1].0, w[1].1)?;
+            b.bitlinear(v, h, w[2].0, w[2].1)?;
+            let hd = self.head_dim as u32;
+            let rope = |out| Rope {
+                out,
+                x: out,
+                head_dim: hd,
+                rot_dim: hd,
+                style: RopeStyle::Neox,
+                base: 10000f32.into(),
+                pos,
+            };
+            b.rope(rope(q))?;
+            b.rope(rope(k))?;
+            b.kv_write(kc, k, pos)?;
+            b.kv_write(vc, v, pos)?;
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+            b.rms_norm(att, att, attn_sub, 1e-5)?;
+            b.bitlinear(proj, att, w[3].0, w[3].1)?;
+            b.add(x, x, proj)?;
+            b.rms_norm(h, x, ffn_norm, 1e-5)?;
+            b.bitlinear(gate, h, w[4].0, w[4].1)?;
+            b.bitlinear(up, h, w[5].0, w[5].1)?;
+            if self.relu2 {
+                b.relu2(gate, gate)?;
+            } else {
+                b.silu(gate, gate)?;
+            }
+            b.mul(gate, gate, up)?;
+            b.rms_norm(gate, gate, ffn_sub, 1e-5)?;
+            b.bitlinear(proj, gate, w[6].0, w[6].1)?;
+            b.add(x, x, proj)?;
+        }
+        Ok(read)
+    }
+}
+
+fn layer_case() -> impl Strategy<Value = Layer> {
+    let flags = (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>());
+    (0..3usize, 1..=3usize, 1..=2usize, 1..=2usize, 0..3u32, flags, any::<u64>()).prop_map(
+        |(f, n, dm, fm, pos, (scales, relu2, gqa, runtime_pos), seed)| {
+            let dtype = FORMATS[f];
+            // Row lengths are whole blocks: 256 for TQ1_0 / TQ2_0, 128 for I2_S.
+            let block = if dtype == DType::I2_S { 128 } else { 256 };
+            let d = block * dm;
+            let head_dim = 64;
+            let heads = d / head_dim;
+            let kv_heads = if gqa && heads % 2 == 0 { heads / 2 } else { heads };
+            Layer { dtype, n, d, ff: block * (dm + fm), head_dim, kv_heads, pos, runtime_pos, scales, relu2, seed }
+        },
+    )
+}
+
+/// Runs `inputs`/`build` on the fused GPU engine and on the unfused one (subgroup or
+/// portable kernels); returns (fused, unfused, reference) outputs and the two kernel lists.
+#[allow(clippy::type_complexity)]
+fn fused_and_unfused(
+    portable: bool,
+    inputs: &[(String, HostTensor)],
+    params: &[ParamValue],
+    build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
+) -> (Outputs, Outputs, Outputs, Vec<String>, Vec<String>) {
+    let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let kernels = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
+    let (fused, reference, fk) = pair_for(portable).run_inspect(&inputs, params, build, kernels);
+    let (unfused, _, uk) = unfused_pair(portable).run_inspect(&inputs, params, build, kernels);
+    (fused, unfused, reference, fk, uk)
+}
+
+/// Every output equal bit for bit.
+fn assert_bits(fused: &Outputs, unfused: &Outputs, what: &str) -> Result<(), TestCaseError> {
+    for (i, (a, b)) in fused.iter().zip(unfused).enumerate() {
+        if a != b {
+            let (a, b) = (f32s(a), f32s(b));
+            let at = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits()).unwrap_or(0);
+            return Err(TestCaseError::fail(format!(
+                "{what}: output {i} differs fused vs unfused at {at}: {:?} vs {:?}",
+                a.get(at),
+                b.get(at)
+            )));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn bitnet_layers_fused_equal_unfused_bit_for_bit(c in layer_case(), portable in any::<bool>()) {
+        if gpu_tests_skipped() {
+            return Ok(());
+        }
+        let inputs = c.inputs();
+        let params = if c.runtime_pos { vec![ParamValue::U32(c.pos)] } else { vec![] };
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused(portable, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
+        prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
+        assert_bits(&fused, &unfused, &format!("{c:?} portable={portable}"))?;
+    }
+}
+
+/// A Llama-style layer (LINEAR projections, SILU, no sub-norms) and a final norm, an F32
+/// LM head and ARGMAX: only ROPE + KV_WRITE matches a pattern, so the fused engine must
+/// dispatch the unfused kernels but for that one, and give the same bits.
+#[test]
+fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let mut rng = SplitMix64(7);
+    let (n, d, ff, vocab, n_ctx, hd) = (3, 96, 160, 300, 6, 32);
+    let mut inputs = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
+    inputs.push(("kc".to_string(), matrix("kc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
+    inputs.push(("vc".to_string(), matrix("vc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
+    for (name, m, k) in [
+        ("wq", d, d),
+        ("wk", d, d),
+        ("wv", d, d),
+        ("wo", d, d),
+        ("wg", ff, d),
+        ("wu", ff, d),
+        ("wd", d, ff),
+        ("head", vocab, d),
+    ] {
+        inputs.push((name.to_string(), matrix(name, m, k, randn(&mut rng, m * k, 0.2))));
+    }
+    for name in ["n1", "n2", "n3"] {
+        inputs.push((name.to_string(), vector(name, (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
+    }
+    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+        let f = DType::F32;
+        let [x, kc, vc, wq, wk, wv, wo, wg, wu, wd, head, n1, n2, n3] = ids[..] else {
+            return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+        };
+        let h = b.alloc(&name("h"), f, &[n, d])?;
+        let q = b.alloc(&name("q"), f, &[n, d])?;
+        let k = b.alloc(&name("k"), f, &[n, d])?;
+        let v = b.alloc(&name("v"), f, &[n, d])?;
+        let att = b.alloc(&name("att"), f, &[n, d])?;
+        let p = b.alloc(&name("p"), f, &[n, d])?;
+        let g = b.alloc(&name("g"), f, &[n, ff])?;
+        let u = b.alloc(&name("u"), f, &[n, ff])?;
+        let logits = b.alloc(&name("logits"), f, &[n, vocab])?;
+        let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
+        b.rms_norm(h, x, n1, 1e-5)?;
+        b.linear(q, h, wq)?;
+        b.linear(k, h, wk)?;
+        b.linear(v, h, wv)?;
+        let pos = U32Arg::Const(2);
+        let rope =
+            |out| Rope { out, x: out, head_dim: hd, rot_dim: hd, style: RopeStyle::Normal, base: 5e5f32.into(), pos };
+        b.rope(rope(q))?;
+        b.rope(rope(k))?;
+        b.kv_write(kc, k, pos)?;
+        b.kv_write(vc, v, pos)?;
+        b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+        b.linear(p, att, wo)?;
+        b.add(x, x, p)?;
+        b.rms_norm(h, x, n2, 1e-5)?;
+        b.linear(g, h, wg)?;
+        b.linear(u, h, wu)?;
+        b.silu(g, g)?;
+        b.mul(g, g, u)?;
+        b.linear(p, g, wd)?;
+        b.add(x, x, p)?;
+        b.rms_norm(h, x, n3, 1e-5)?;
+        b.linear(logits, h, head)?;
+        b.argmax(am, logits)?;
+        Ok(vec![x, h, q, k, v, att, kc, vc, p, g, u, logits, am])
+    };
+    for portable in [false, true] {
+        let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+        let without_rope_kv: Vec<&String> =
+            uk.iter().filter(|k| !k.starts_with("rope.wgsl") && !k.starts_with("kv_write.wgsl")).collect();
+        let fused_rest: Vec<&String> = fk.iter().filter(|k| !k.starts_with("rope_kv.wgsl")).collect();
+        assert_eq!(fused_rest, without_rope_kv, "the pass fused more than ROPE + KV_WRITE of a Llama layer");
+        assert_eq!(uk.len() - fk.len(), 3, "{fk:?}");
+        assert_bits(&fused, &unfused, "Llama layer").unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The final norm, a ternary LM head and ARGMAX: the norm and the head's quantization fuse;
+/// logits and ids bit-identical to the unfused program.
+#[test]
+fn bitnet_lm_head_and_argmax_fused_equal_unfused() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (seed, dtype, n) in [(1, DType::I2_S, 1), (2, DType::TQ2_0, 3), (3, DType::TQ1_0, 2)] {
+        let mut rng = SplitMix64(seed);
+        let (d, vocab) = (256, 517);
+        let w = ternary(dtype, vocab, d, &mut rng, false);
+        let inputs = vec![
+            ("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 2.0))),
+            ("nw".to_string(), vector("nw", (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())),
+            (
+                "head".to_string(),
+                HostTensor::from_bytes("head", dtype, Shape::matrix(vocab, d).expect("shape"), &w).expect("sizes"),
+            ),
+        ];
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let normed = b.alloc(&name("normed"), DType::F32, &[n, d])?;
+            let logits = b.alloc(&name("logits"), DType::F32, &[n, vocab])?;
+            let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
+            b.rms_norm(normed, ids[0], ids[1], 1e-5)?;
+            b.bitlinear(logits, normed, ids[2], None)?;
+            b.argmax(am, logits)?;
+            Ok(vec![normed, logits, am])
+        };
+        for portable in [false, true] {
+            let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+            assert_eq!(fk.len() + 1, uk.len(), "norm + quantize fused: {fk:?}");
+            assert_bits(&fused, &unfused, &format!("LM head {dtype} n={n}")).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+/// Shared quantization and the residual epilogue against the reference engine on exact data
+/// (module docs): equal outputs.
+#[test]
+fn shared_quantization_and_residual_add_match_the_reference_exactly() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (seed, dtype, n, scaled) in
+        [(11, DType::I2_S, 1, false), (12, DType::TQ2_0, 3, true), (13, DType::TQ1_0, 1, true)]
+    {
+        let mut rng = SplitMix64(seed);
+        let (k, m) = (512, 75);
+        let mut x = Vec::new();
+        for _ in 0..n {
+            let start = x.len();
+            x.extend((0..k).map(|_| rng.below(255) as f32 - 127.0));
+            let i = start + rng.below(k as u64) as usize;
+            x[i] = 127.0 * rng.sign();
+        }
+        let r: Vec<f32> = (0..n * m).map(|_| (rng.below(1 << 12) as f32 - 2048.0) / 8.0).collect();
+        let mut inputs = vec![("x".to_string(), matrix("x", n, k, x)), ("r".to_string(), matrix("r", n, m, r))];
+        for name in ["w1", "w2", "w3"] {
+            let w = ternary(dtype, m, k, &mut rng, true);
+            inputs.push((
+                name.to_string(),
+                HostTensor::from_bytes(name, dtype, Shape::matrix(m, k).expect("shape"), &w).expect("sizes"),
+            ));
+        }
+        inputs.push(("s".to_string(), vector("s", vec![[0.5, 2.0, -1.0, 0.25][rng.below(4) as usize]])));
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let [x, r, w1, w2, w3, s] = ids[..] else {
+                return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+            };
+            let scale = scaled.then_some(s);
+            let (y1, y2, p) = (
+                b.alloc(&name("y1"), DType::F32, &[n, m])?,
+                b.alloc(&name("y2"), DType::F32, &[n, m])?,
+                b.alloc(&name("p"), DType::F32, &[n, m])?,
+            );
+            b.bitlinear(y1, x, w1, scale)?;
+            b.bitlinear(y2, x, w2, None)?;
+            b.bitlinear(p, x, w3, scale)?;
+            b.add(r, r, p)?;
+            Ok(vec![y1, y2, p, r])
+        };
+        for portable in [false, true] {
+            let (fused, unfused, reference, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+            // Unfused: 3 × (quantize + product) + add = 7; fused: one quantize, 3 products.
+            assert_eq!((fk.len(), uk.len()), (4, 7), "{fk:?}");
+            assert_bits(&fused, &unfused, "shared quantization + residual").unwrap_or_else(|e| panic!("{e}"));
+            for (i, (g, w)) in fused.iter().zip(&reference).enumerate() {
+                let (g, w) = (f32s(g), f32s(w));
+                assert!(
+                    g == w,
+                    "{dtype} n={n} portable={portable}: output {i} differs from the reference: {g:?} vs {w:?}"
+                );
+            }
+        }
+    }
+}
+
+/// RMS_NORM + quantization (in place and not) against the reference: the normed tensor
+/// within RMS_NORM's tolerance, the int8 activations and scales exact (module docs).
+#[test]
+fn norm_quantization_matches_the_reference() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    const U: f64 = 1.0 / 16_777_216.0;
+    // rows.rs: RMS_NORM's relative tolerance, (depth/2 + 16)·u with depth = ⌈d/64⌉ + 256.
+    let rms_norm_rel = |d: usize| (((d.div_ceil(64) + 256) as f64 / 2.0 + 16.0) * U) as f32;
+    for (seed, n, d, inplace) in [(21, 1, 256, false), (22, 3, 1280, true), (23, 2, 128, true), (24, 5, 384, false)] {
+        let mut rng = SplitMix64(seed);
+        let m = 33;
+        let w = ternary(DType::I2_S, m, d, &mut rng, false);
+        let inputs = [
+            ("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 3.0))),
+            ("nw".to_string(), vector("nw", (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())),
+            (
+                "w".to_string(),
+                HostTensor::from_bytes("w", DType::I2_S, Shape::matrix(m, d).expect("shape"), &w).expect("sizes"),
+            ),
+        ];
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let h = if inplace { ids[0] } else { b.alloc(&name("h"), DType::F32, &[n, d])? };
+            let y = b.alloc(&name("y"), DType::F32, &[n, m])?;
+            b.rms_norm(h, ids[0], ids[1], 1e-5)?;
+            b.bitlinear(y, h, ids[2], None)?;
+            Ok(vec![h, y])
+        };
+        for portable in [false, true] {
+            let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let (got, want, (kernels, acts, scales)) = pair_for(portable).run_inspect(&inputs, &[], build, |g, p| {
+                let k = g.dispatched_kernels(p).unwrap_or_default();
+                let a = g.read_scratch(p, ScratchKey::BitlinearActivations).expect("activations");
+                let s = g.read_scratch(p, ScratchKey::BitlinearScales).expect("scales");
+                (k, a, s)
+            });
+            assert_eq!(kernels.len(), 2, "{kernels:?}");
+            let what = format!("RMS_NORM+BITLINEAR n={n} d={d} in place={inplace} portable={portable}");
+            let h = f32s(&got[0]);
+            assert_close(&h, &f32s(&want[0]), f32::MIN_POSITIVE, rms_norm_rel(d), &what)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let scales = f32s(&scales);
+            for r in 0..n {
+                let row = &h[r * d..(r + 1) * d];
+                let s = bitlinear_act_scale(row.iter().fold(0f32, |a, v| a.max(v.abs())));
+                assert_eq!(scales[r].to_bits(), s.to_bits(), "{what}: row {r} scale");
+                for (i, &v) in row.iter().enumerate() {
+                    let q = acts[r * d + i] as i8;
+                    let want = bitlinear_quantize(v, s);
+                    let p = (v * s).abs();
+                    let ulp = f32::from_bits(p.to_bits() + 1) - p;
+                    let near_half = ((p - p.floor()) - 0.5).abs() <= ulp;
+                    assert!(
+                        q == want || (near_half && (q as i32 - want as i32).abs() == 1),
+                        "{what}: q[{r},{i}] {q} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every pattern the pass matches is fused: the dispatches of two BitNet layers at one
+/// token, fused vs unfused (`dispatched_kernels`).
+#[test]
+fn bitnet_layer_dispatches_are_fused() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let c = Layer {
+        dtype: DType::TQ2_0,
+        n: 1,
+        d: 256,
+        ff: 512,
+        head_dim: 64,
+        kv_heads: 2,
+        pos: 1,
+        runtime_pos: false,
+        scales: false,
+        relu2: true,
+        seed: 5,
+    };
+    let inputs = c.inputs();
+    let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+    assert_bits(&fused, &unfused, "dispatch-count layer").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("unfused ({} per layer): {uk:?}\nfused ({} per layer): {fk:?}", uk.len() / LAYERS, fk.len() / LAYERS);
+    let per_layer: Vec<&str> = fk[..fk.len() / LAYERS].iter().map(|s| s.as_str()).collect();
+    let count = |k: &str| per_layer.iter().filter(|s| s.contains(k)).count();
+    // norm + quantization: the block norms and the sub-norms; no separate quantize or add.
+    assert_eq!(count("norm_quant.wgsl"), 4, "{per_layer:?}");
+    assert_eq!(count(":quantize"), 0, "{per_layer:?}");
+    assert_eq!(count("rms_norm.wgsl"), 0, "{per_layer:?}");
+    // q, k, v in one dispatch; gate and up with the activation and the multiply in one; o
+    // and down with the residual add. (lavapipe allows 32 storage buffers per stage: the
+    // merged products need 14 and 11.)
+    assert_eq!(count(":gemv_multi"), 1, "{per_layer:?}");
+    assert_eq!(count(":gemv_gated"), 1, "{per_layer:?}");
+    assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 0, "{per_layer:?}");
+    assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
+    assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
+    // ROPE q, k and KV_WRITE k, v.
+    assert_eq!(count("rope_kv.wgsl"), 1, "{per_layer:?}");
+    assert_eq!(count("rope.wgsl") + count("kv_write.wgsl"), 0, "{per_layer:?}");
+    assert_eq!(fk.len() % LAYERS, 0);
+    assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
+    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 10), "dispatches per layer, unfused and fused");
+}
+
+/// Dispatches per decode token of a tiny BitNet fixture (`Engine::counters`), fusion on and
+/// off: the layers' share must drop to 10 per layer from 27 (lavapipe: 32 storage buffers
+/// per stage, enough for every pattern).
+#[test]
+fn tiny_fixture_decode_dispatches() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    use purebee_engine_gpu::GpuOptions;
+    use purebee_isa::Engine;
+    use purebee_memory::gguf::GgufFile;
+    use purebee_runtime::{LogitsRows, Model};
+    let per_token = |fuse: bool| {
+        let gpu = GpuEngine::new(&GpuOptions { fuse, ..GpuOptions::default() }).expect("a GPU adapter");
+        let file = GgufFile::open(purebee_tests::tiny("tiny_bitnet_tq2_0.gguf")).expect("fixture opens");
+        let mut model = Model::load(gpu, &file).expect("model loads");
+        let mut session = model.new_session(16).expect("session allocates");
+        model.forward(&mut session, &[1], 0, LogitsRows::Last).expect("decode step");
+        let before = model.engine().counters().expect("counted").dispatches;
+        model.forward(&mut session, &[2], 1, LogitsRows::Last).expect("decode step");
+        let after = model.engine().counters().expect("counted").dispatches;
+        (after - before, model.config().n_layer as u64)
+    };
+    let ((unfused, layers), (fused, _)) = (per_token(false), per_token(true));
+    eprintln!("tiny_bitnet_tq2_0 decode: {unfused} dispatches per token unfused, {fused} fused, {layers} layers");
+    // The head (EMBED, final norm, LM head, ARGMAX) changes by at most one dispatch (its
+    // norm + quantization); every layer saves 17.
+    assert!((unfused - fused) >= 17 * layers && unfused - fused <= 17 * layers + 1, "{unfused} vs {fused}");
+}
