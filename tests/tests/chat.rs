@@ -482,6 +482,10 @@ fn a_template_that_doubles_a_list_is_a_render_error() {
         assert_eq!(render_one(&source(20), "hi").ok().as_deref(), Some("1048576"));
         // minijinja copies the lazy concatenation at 33 levels: 2^33 items.
         assert_render_error(&source(40), "hi", "used up its fuel");
+        // The same copy made by the `sum` filter: 40 lazy lists of 10^8 items.
+        let sum = |n| format!("{{{{ ([[1] * {n}] * 40)|sum(start=[])|length }}}}");
+        assert_eq!(render_one(&sum(1000), "hi").ok().as_deref(), Some("40000"));
+        assert_render_error(&sum(100_000_000), "hi", "used up its fuel");
     });
 }
 

@@ -149,8 +149,9 @@ impl ChatTemplate {
     ///
     /// A render may use 500,000 fuel (minijinja's: one per instruction and one per 64 bytes
     /// it creates) plus one per 8 bytes of the messages (each counting 512 bytes beyond its
-    /// text): a template that needs more, to loop or to grow a string or a list, is a
-    /// [`ChatError::Render`] saying so.
+    /// text): a template that needs more, to loop or to grow, write out or compare a string
+    /// or a list, is a [`ChatError::Render`] saying so; so is a value nested more than 200
+    /// levels deep (a namespace that holds itself) where it is written out or compared.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatError> {
         let fuel = render_fuel(messages, &self.bos_token, &self.eos_token);
         let render_error = |e: Error| ChatError::Render {
@@ -158,7 +159,8 @@ impl ChatTemplate {
             message: match e.kind() {
                 ErrorKind::OutOfFuel => format!(
                     "it used up its fuel: {fuel}, one per instruction and one per 64 bytes of text and lists it \
-                     creates, for {} messages; it loops or grows a string or a list without bound ({e})",
+                     creates, writes out or compares, for {} messages; it loops, or grows, writes out or \
+                     compares a string or a list without bound ({e})",
                     messages.len()
                 ),
                 _ => e.to_string(),

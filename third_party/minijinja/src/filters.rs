@@ -1187,7 +1187,12 @@ mod builtins {
                     format!("can only sum numbers, got {}", value.kind()),
                 ));
             }
+            // purebee patch: like the `+` operator, a copy of the lists must
+            // fit the fuel before it is made, and is charged once it exists
+            // (summing lists copied 3.3 billion items without fuel).
+            ok!(ops::ensure_fuel_for_binop(state, "add", &rv, &value));
             rv = ok!(ops::add(&rv, &value));
+            ok!(state.charge_value(&rv));
         }
 
         Ok(rv)
