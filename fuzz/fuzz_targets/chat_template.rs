@@ -12,8 +12,8 @@
 //! prompt then tokenizes with the tiny fixture's vocabulary. Random template text either
 //! fails to parse or to render, or renders: never a panic, a hang or an unbounded
 //! allocation (libFuzzer's `-timeout` and `-rss_limit_mb` catch the last two; a template
-//! that grows a string without bound runs out of the render's fuel, but minijinja 3.1.0
-//! still leaves some growth unbounded: `runtime/src/chat/template.rs` says which).
+//! that grows a string or a list without bound runs out of the render's fuel, with the
+//! patches of the vendored minijinja, `third_party/minijinja/PATCHES.md`).
 
 #![no_main]
 

@@ -471,48 +471,151 @@ const LLAMA3: &str = "{% set loop_messages = messages %}{% for message in loop_m
 /// Llama 2 Chat's template, as published with Llama-2-7b-chat-hf.
 const LLAMA2: &str = "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
 
-// Still open with minijinja 3.1.0, which gives no hook for them (`runtime/src/chat/template.rs`
-// says why): each aborts the child, past its memory limit or on a stack overflow.
+// Bounded by the patches of the vendored minijinja (`third_party/minijinja/PATCHES.md`);
+// each aborted the child with stock minijinja 3.1.0, past its memory limit or on a stack
+// overflow, or ran for hours.
 
 #[test]
-#[ignore = "open: minijinja 3.1.0 keeps list concatenation lazy for 32 levels, then copies it without fuel"]
 fn a_template_that_doubles_a_list_is_a_render_error() {
     in_a_memory_limited_child(|| {
         let source = |n| repeated("{% set l = [1] %}", "{% set l = l + l %}", n, "{{ l|length }}");
         assert_eq!(render_one(&source(20), "hi").ok().as_deref(), Some("1048576"));
+        // minijinja copies the lazy concatenation at 33 levels: 2^33 items.
         assert_render_error(&source(40), "hi", "used up its fuel");
+        // The same copy made by the `sum` filter: 40 lazy lists of 10^8 items.
+        let sum = |n| format!("{{{{ ([[1] * {n}] * 40)|sum(start=[])|length }}}}");
+        assert_eq!(render_one(&sum(1000), "hi").ok().as_deref(), Some("40000"));
+        assert_render_error(&sum(100_000_000), "hi", "used up its fuel");
     });
 }
 
 #[test]
-#[ignore = "open: minijinja 3.1.0 charges for formatting a list only once the text exists"]
 fn formatting_a_list_that_holds_a_list_many_times_is_a_render_error() {
     in_a_memory_limited_child(|| {
         for use_it in ["{{ l }}", "{{ (l ~ '')|length }}", "{{ l|tojson|length }}", "{{ l|string|length }}"] {
             let source = |n| repeated("{% set l = ['xxxxxxxxxxxxxxxx'] %}", "{% set l = [l, l] %}", n, use_it);
             assert!(render_one(&source(10), "hi").is_ok(), "{use_it}");
+            // 2^40 strings when written out.
             assert_render_error(&source(40), "hi", "used up its fuel");
         }
     });
 }
 
 #[test]
-#[ignore = "open: minijinja 3.1.0 charges for serializing a lazily repeated list only once the text exists"]
 fn serializing_a_lazily_repeated_list_is_a_render_error() {
     in_a_memory_limited_child(|| {
-        let source = |n| format!("{{% set l = ['x' * 1000000] * {n} %}}{{{{ l|tojson|length }}}}");
-        assert!(render_one(&source(3), "hi").is_ok());
-        assert_render_error(&source(100_000_000), "hi", "used up its fuel");
+        for use_it in ["l|tojson|length", "l|string|length", "(l ~ '')|length"] {
+            let source = |n| format!("{{% set l = ['x' * 100000] * {n} %}}{{{{ {use_it} }}}}");
+            assert!(render_one(&source(3), "hi").is_ok(), "{use_it}");
+            // 10^13 bytes.
+            assert_render_error(&source(100_000_000), "hi", "used up its fuel");
+        }
     });
 }
 
 #[test]
-#[ignore = "open: minijinja 3.1.0 formats a namespace that holds itself until the stack overflows"]
 fn formatting_a_namespace_that_holds_itself_is_a_render_error() {
     in_a_memory_limited_child(|| {
-        for use_it in ["{{ ns }}", "{{ ns|tojson }}"] {
-            let source = format!("{{% set ns = namespace() %}}{{% set ns.a = ns %}}{use_it}");
-            assert!(matches!(render_one(&source, "hi"), Err(ChatError::Render { .. })), "{use_it}");
+        for use_it in [
+            "{{ ns }}",
+            "{{ ns|tojson }}",
+            "{{ ns|string|length }}",
+            "{{ ns == ns2 }}",
+            "{{ [ns, ns2]|unique|list|length }}",
+        ] {
+            let source = format!(
+                "{{% set ns = namespace() %}}{{% set ns.a = ns %}}{{% set ns2 = namespace() %}}{{% set ns2.a = ns2 %}}{use_it}"
+            );
+            assert_render_error(&source, "hi", "nested more than");
         }
+    });
+}
+
+#[test]
+fn comparing_lists_that_hold_a_list_many_times_is_a_render_error() {
+    in_a_memory_limited_child(|| {
+        // Two lists built alike (not the same object): comparing them visits 2^n items.
+        for compare in ["l == m", "l != m", "l < m", "l in [m]", "[l, m]|sort|length", "[l, m]|unique|list|length"] {
+            let source = |n| {
+                let step = "{% set l = [l, l] %}{% set m = [m, m] %}";
+                repeated("{% set l = ['x'] %}{% set m = ['x'] %}", step, n, &format!("{{{{ {compare} }}}}"))
+            };
+            assert!(render_one(&source(10), "hi").is_ok(), "{compare}");
+            assert_render_error(&source(40), "hi", "used up its fuel");
+        }
+    });
+}
+
+/// Two lists (`ns.l`, `ns.m`) nested `n` deep (a multiple of 1000 past it), one level per
+/// iteration of a loop, then `use_it` of them.
+fn nested_in_a_loop(n: usize, use_it: &str) -> String {
+    let (outer, inner) = if n > 1000 { (n / 1000, 1000) } else { (1, n) };
+    format!(
+        "{{% set ns = namespace(l=[], m=[]) %}}{{% for i in range({outer}) %}}{{% for j in range({inner}) %}}{{% set ns.l = [ns.l] %}}{{% set ns.m = [ns.m] %}}{{% endfor %}}{{% endfor %}}{{{{ {use_it} }}}}"
+    )
+}
+
+#[test]
+fn formatting_or_comparing_deeply_nested_lists_is_a_render_error() {
+    in_a_memory_limited_child(|| {
+        for use_it in
+            ["ns.l", "ns.l|tojson", "ns.l|string|length", "ns.l ~ ''", "ns.l == ns.m", "[ns.l, ns.m]|sort|length"]
+        {
+            assert!(render_one(&nested_in_a_loop(100, use_it), "hi").is_ok(), "{use_it}");
+            assert_render_error(&nested_in_a_loop(1000, use_it), "hi", "nested more than");
+        }
+    });
+}
+
+#[test]
+fn dropping_a_list_nested_as_deep_as_the_fuel_allows_renders() {
+    in_a_memory_limited_child(|| {
+        // Dropped recursively, a list nested this deep overflowed the stack of a test thread.
+        assert_eq!(render_one(&nested_in_a_loop(20_000, "ns.l|length"), "hi").ok().as_deref(), Some("1"));
+        assert_render_error(&nested_in_a_loop(1_000_000, "ns.l|length"), "hi", "used up its fuel");
+    });
+}
+
+/// Asserts that `source` is a parse error naming the template whose message has `why`.
+fn assert_parse_error(source: &str, why: &str) {
+    match ChatTemplate::new(source, "<s>", "</s>") {
+        Err(e @ ChatError::Parse { .. }) => {
+            let m = e.to_string();
+            assert!(m.contains(CHAT_TEMPLATE_KEY) && m.contains("does not parse") && m.contains(why), "{m:.300}");
+        }
+        other => panic!("{source:.200}: expected a parse error, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn deeply_nested_expressions_and_statements_are_a_parse_error() {
+    in_a_memory_limited_child(|| {
+        let many = |start: &str, step: &str, n: usize, end: &str| format!("{start}{}{end}", step.repeat(n));
+        // Each of these nests the expression tree one level per repetition: the parser, the
+        // compiler or the drop of the tree recursed once per level and overflowed the stack.
+        let chains = [
+            ("{{ 1", " + 1", " }}"),
+            ("{{ 'a'", " ~ 'a'", " }}"),
+            ("{{ ", "- ", "1 }}"),
+            ("{{ ", "not ", "true }}"),
+            ("{{ bos_token", "[0]", " }}"),
+            ("{{ bos_token", ".lower()", " }}"),
+            ("{{ bos_token", "|string", " }}"),
+            ("{{ 1", " if true else 1", " }}"),
+            ("{% set x = 1", " * 1", " %}"),
+        ];
+        for (start, step, end) in chains {
+            // As long as real templates write them, they render.
+            assert!(render_one(&many(start, step, 20, end), "hi").is_ok(), "{start}{step}");
+            assert_parse_error(&many(start, step, 100_000, end), "nests too many");
+        }
+        // Brackets and statements nest through minijinja's recursion guard.
+        for (open, close) in [("(", ")"), ("[", "]")] {
+            assert_parse_error(&format!("{{{{ {}1{} }}}}", open.repeat(100_000), close.repeat(100_000)), "recursion");
+        }
+        let elifs = many("{% if false %}", "{% elif false %}", 100_000, "{% endif %}");
+        assert_parse_error(&elifs, "recursion");
+        let ifs = format!("{}{}", "{% if true %}".repeat(100_000), "{% endif %}".repeat(100_000));
+        assert_parse_error(&ifs, "recursion");
     });
 }

@@ -14,16 +14,17 @@
 //! doubles a string until memory runs out (`{% set s = s ~ s %}`, in a loop, through a
 //! namespace, with `replace`) thus ends in a [`ChatError::Render`], not in an abort.
 //!
-//! Not bounded yet (minijinja 3.1.0 gives no hook for them; see the `#[ignore]`d tests in
-//! `tests/tests/chat.rs`): list concatenation, which minijinja keeps lazy up to 32 levels and
-//! then copies without fuel (`{% set l = l + l %}` 33 times); formatting or serializing a
-//! list that holds one list many times (`{% set l = [l, l] %}` 40 times, then `{{ l }}`,
-//! `l ~ ''`, `l|tojson`, `l|string`), or a lazily repeated list (`[s] * n`), which is charged
-//! only after the text exists. Nor, outside memory: comparing such lists (`l == m`), which
-//! takes 2^40 steps without fuel; a namespace that holds itself
-//! (`{% set ns.a = ns %}{{ ns }}`), whose formatting recurses until the stack overflows;
-//! and lists nested tens of thousands deep (`{% set ns.l = [ns.l] %}` in a loop), whose
-//! formatting, comparison or drop overflows a 2 MiB thread stack.
+//! The rest is bounded by the patches of the vendored minijinja 3.1.0
+//! (`third_party/minijinja/PATCHES.md`, tested in `tests/tests/chat.rs`): copying a list
+//! concatenation (`{% set l = l + l %}`, which minijinja keeps lazy up to 32 levels) must fit
+//! the fuel before it is made; formatting, serializing, comparing and hashing a value charge
+//! the fuel for every item and byte as they walk it and stop once it is used up (a list that
+//! holds one list twice, forty levels deep, is 2^40 items when written out or compared; a
+//! lazily repeated list `[s] * n` is n copies of `s`); and nothing recurses without a bound:
+//! a value nested more than 200 levels deep (a namespace that holds itself) is a render error
+//! when walked, a deeply nested list is dropped without recursing once per level, and an
+//! expression that nests more than 256 operators, filters or lookups in one tag, or
+//! statements nested past minijinja's recursion limit, is a parse error.
 
 use minijinja::value::{from_args, Kwargs};
 use minijinja::{context, Environment, Error, ErrorKind, State, Value};
@@ -148,8 +149,9 @@ impl ChatTemplate {
     ///
     /// A render may use 500,000 fuel (minijinja's: one per instruction and one per 64 bytes
     /// it creates) plus one per 8 bytes of the messages (each counting 512 bytes beyond its
-    /// text): a template that needs more, to loop or to grow a string or a list, is a
-    /// [`ChatError::Render`] saying so.
+    /// text): a template that needs more, to loop or to grow, write out or compare a string
+    /// or a list, is a [`ChatError::Render`] saying so; so is a value nested more than 200
+    /// levels deep (a namespace that holds itself) where it is written out or compared.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, ChatError> {
         let fuel = render_fuel(messages, &self.bos_token, &self.eos_token);
         let render_error = |e: Error| ChatError::Render {
@@ -157,7 +159,8 @@ impl ChatTemplate {
             message: match e.kind() {
                 ErrorKind::OutOfFuel => format!(
                     "it used up its fuel: {fuel}, one per instruction and one per 64 bytes of text and lists it \
-                     creates, for {} messages; it loops or grows a string or a list without bound ({e})",
+                     creates, writes out or compares, for {} messages; it loops, or grows, writes out or \
+                     compares a string or a list without bound ({e})",
                     messages.len()
                 ),
                 _ => e.to_string(),
