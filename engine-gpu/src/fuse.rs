@@ -2,7 +2,7 @@
 //! group of kernel calls instead of each instruction's own.
 //!
 //! Why: the compiler otherwise maps every instruction to its own kernels, one to one, so a
-//! BitNet layer re-quantizes the same normed activations for q, k and v (and again for gate
+//! program re-quantizes the same normed activations for q, k and v (and again for gate
 //! and up), writes every intermediate to memory although only the next kernel reads it,
 //! and pays a dispatch for each. On a real GPU the dispatch count, not the bandwidth, is
 //! the wall for decode (issue 10).
@@ -38,7 +38,7 @@ use crate::kernels::elementwise::UnaryOp;
 use crate::kernels::{norm_quant, rope_kv, KernelCall, RecordCtx};
 use crate::GpuError;
 
-/// The patterns the pass matches. A fused group may combine several (a BitNet block norm
+/// The patterns the pass matches. A fused group may combine several (an RMS_NORM
 /// followed by q, k and v is [`Pattern::NormQuantization`] and
 /// [`Pattern::SharedQuantization`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,10 +47,10 @@ pub(crate) enum Pattern {
     /// or the fused norm below) is computed once, into the activation scratch buffers, and
     /// every BITLINEAR's product reads it. Sound because no BITLINEAR writes its own `x`
     /// (the ISA requires `out` distinct from the inputs), so `x` is unchanged between them,
-    /// and the quantization depends on `x` alone. (BitNet: q/k/v; gate/up.)
+    /// and the quantization depends on `x` alone. (q/k/v; gate/up.)
     SharedQuantization,
     /// RMS_NORM(h, x) immediately followed by BITLINEARs reading `h` (also in place,
-    /// `h == x`: the BitNet sub-norms): one `norm_quant.wgsl` dispatch normalizes each row
+    /// `h == x`: a norm just before a projection): one `norm_quant.wgsl` dispatch normalizes each row
     /// and quantizes it, bit-identical to RMS_NORM then `quantize`; `h` is written only when
     /// that write is not dead. Needs `h`'s row length to be a non-zero multiple of 4 (a
     /// BITLINEAR's `k` is a multiple of 128).
@@ -72,8 +72,8 @@ pub(crate) enum Pattern {
     /// read and written by the one invocation that computes u's element, with the
     /// elementwise kernels' own operations (bit-identical); u is written only when that
     /// write is not dead. Needs g to differ from the weight and the output scale (bound
-    /// read-only by the product). (BitNet: gate/up + RELU2 + ELEMENT_MUL; Llama-shaped
-    /// ternary models: SILU.)
+    /// read-only by the product). (gate/up + RELU2 or SILU +
+    /// ELEMENT_MUL.)
     ActMulEpilogue,
     /// ROPE(q, q) ; ROPE(k, k) ; KV_WRITE(kc, k) ; KV_WRITE(vc, v), in that order: one
     /// `rope_kv.wgsl` dispatch rotating q and k and appending the rotated k and v to the
@@ -522,14 +522,14 @@ mod tests {
 
     const LIMITS: Limits = Limits { max_storage_buffers: 8 };
 
-    /// A BitNet layer as runtime/src/forward.rs writes it (without the attention part's
+    /// The ternary block runtime/src/forward.rs writes (without the attention part's
     /// ROPE/KV_WRITE/ATTENTION, which the pass leaves alone: `att` stands in), repeated
-    /// `layers` times; returns the program and the registry.
-    fn bitnet_layers(layers: usize) -> (Program, Registry) {
+    /// `blocks` times; returns the program and the registry.
+    fn ternary_blocks(blocks: usize) -> (Program, Registry) {
         let mut reg = Registry::new();
         let (d, ff) = (128, 256);
         let t = DType::I2_S;
-        let mut b = ProgramBuilder::new("layer", &mut reg);
+        let mut b = ProgramBuilder::new("block", &mut reg);
         let f = DType::F32;
         let x = b.declare("x", f, &[1, d]).expect("valid");
         let h = b.declare("h", f, &[1, d]).expect("valid");
@@ -545,7 +545,7 @@ mod tests {
         let wd = b.declare("wd", t, &[d, d]).expect("valid");
         let wu = b.declare("wu", t, &[ff, d]).expect("valid");
         let wdn = b.declare("wdn", t, &[d, ff]).expect("valid");
-        for _ in 0..layers {
+        for _ in 0..blocks {
             b.rms_norm(h, x, nw, 1e-5).expect("valid");
             b.bitlinear(q, h, wd, None).expect("valid");
             b.bitlinear(k, h, wd, None).expect("valid");
@@ -567,8 +567,8 @@ mod tests {
     }
 
     #[test]
-    fn a_bitnet_layer_matches_every_pattern() {
-        let (p, reg) = bitnet_layers(2);
+    fn a_ternary_block_matches_every_pattern() {
+        let (p, reg) = ternary_blocks(2);
         let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
         use Pattern::*;
         // Per group: SharedQuantization, NormQuantization, then the epilogue.
@@ -587,7 +587,7 @@ mod tests {
             ]);
         }
         assert_eq!(plan.patterns(), want);
-        // Units per layer: 4 groups + ADD(att) = 5.
+        // Units per block: 4 groups + ADD(att) = 5.
         assert_eq!(plan.units.len(), 10);
     }
 
@@ -625,7 +625,7 @@ mod tests {
 
     #[test]
     fn enough_storage_buffers_merge_the_products() {
-        let (p, reg) = bitnet_layers(1);
+        let (p, reg) = ternary_blocks(1);
         let plan = plan(&ctx(&reg), &Limits { max_storage_buffers: 14 }, p.instructions());
         use Pattern::*;
         let want = [
@@ -679,7 +679,7 @@ mod tests {
 
     #[test]
     fn dead_stores_follow_the_rule() {
-        let (p, reg) = bitnet_layers(2);
+        let (p, reg) = ternary_blocks(2);
         let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
         let groups: Vec<&QuantGroup> = plan
             .units
@@ -691,8 +691,8 @@ mod tests {
             .collect();
         assert_eq!(groups.len(), 8);
         let norm_writes: Vec<bool> = groups.iter().map(|g| g.norm.is_some_and(|n| n.write_out)).collect();
-        // Layer 1: h dead (the FFN norm overwrites it), att dead (layer 2's ADD(att) writes
-        // it), h dead, gate dead (layer 2's gate BITLINEAR). Layer 2: h dead (FFN norm),
+        // Block 1: h dead (the FFN norm overwrites it), att dead (block 2's ADD(att) writes
+        // it), h dead, gate dead (block 2's gate BITLINEAR). Block 2: h dead (FFN norm),
         // att kept (last write), h kept (last write), gate kept (last write).
         assert_eq!(norm_writes, [false, false, false, false, false, true, true, true]);
         let proj_writes: Vec<bool> = groups
@@ -709,7 +709,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        // up: overwritten by the next layer's up BITLINEAR; kept in the last layer.
+        // up: overwritten by the next block's up BITLINEAR; kept in the last block.
         assert_eq!(up_writes, [false, true]);
         // proj: overwritten by the next BITLINEAR(proj) each time except the very last.
         assert_eq!(proj_writes, [false, false, false, true]);
@@ -756,7 +756,7 @@ mod tests {
         let y = b.declare("y", f, &[1, 128]).expect("valid");
         let nw = b.declare("nw", f, &[128]).expect("valid");
         let wf = b.declare("wf", f, &[128, 128]).expect("valid");
-        // Llama-style: RMS_NORM then LINEAR, then an add: nothing to fuse.
+        // Float weights: RMS_NORM then LINEAR, then an add: nothing to fuse.
         b.rms_norm(h, x, nw, 1e-5).expect("valid");
         b.linear(y, h, wf).expect("valid");
         b.add(x, x, y).expect("valid");

@@ -16,7 +16,7 @@ fn binary_op(x: f32, y: f32) -> f32 {
 
 // e^y to about one ulp. WGSL lets `exp` be off by 3 + 2·|y| ulp (measured on lavapipe: SILU up
 // to 13 ulp from the correctly rounded value), and every ulp of SILU's output moves BITLINEAR's
-// int8 rounding of the next layer closer to a flip. So: y = n·ln2 + r with n = round(y·log2 e)
+// int8 rounding of the next instruction closer to a flip. So: y = n·ln2 + r with n = round(y·log2 e)
 // and r reduced by a two-part ln2 (Cody–Waite: n·LN2_HI is exact for |n| < 2^9, since LN2_HI
 // has 15 significant bits), e^r from its Taylor series to degree 7 (|r| ≤ ln2/2: truncation
 // below 2^-27), then scaled by 2^n exactly (ldexp).

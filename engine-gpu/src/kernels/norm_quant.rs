@@ -1,9 +1,10 @@
 //! RMS_NORM fused with the int8 activation quantization of the BITLINEARs that read its
 //! output (`norm_quant.wgsl`; the fusion pass's `NormQuantization` pattern in `fuse.rs`).
 //!
-//! Why: in a BitNet layer every RMS_NORM (the block norms and the in-place sub-norms) is
-//! read only by BITLINEARs, which start by quantizing it. Unfused that is two dispatches and
-//! a round trip of the normed rows through memory (written, then read back by `quantize`);
+//! Why: in a program of ternary projections an RMS_NORM (also in place, a norm just
+//! before a projection) is often read only by BITLINEARs, which start by quantizing it.
+//! Unfused that is two dispatches and a round trip of the normed rows through memory
+//! (written, then read back by `quantize`);
 //! fused it is one dispatch that keeps the normed values in registers, writes the int8
 //! activations and scales into the same scratch buffers `bitlinear::quantize` fills, and
 //! writes the normed tensor itself only when a later instruction reads it.

@@ -15,7 +15,7 @@
 // Passes over the row: (1) Σ x² (strided by element, as rms_norm.wgsl); (2) max |h_i|;
 // (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
 // and writes only its own four elements, and nothing is read after it, so the in-place entry
-// point (h == x, the BitNet sub-norms) is safe.
+// point (h == x) is safe.
 
 struct Params {
     rows: u32,
