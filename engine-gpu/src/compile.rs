@@ -25,8 +25,8 @@ pub(crate) enum Step {
     /// A kernel dispatch; `kernel` (shader file and entry point) names its family for
     /// profiles, and `read_bytes` is what profiles count as the bytes it reads: the size of
     /// every storage binding its entry point loads from (the bound window of a tensor,
-    /// scratch buffer or run-time parameters; see `kernels::bindings_read`), whether or not
-    /// the kernel reads all of it.
+    /// scratch buffer or run-time parameters; see `kernels::bindings_read`; a binding bound
+    /// twice counted once), whether or not the kernel reads all of it.
     Dispatch {
         pipeline: wgpu::ComputePipeline,
         bind_group: wgpu::BindGroup,
@@ -151,6 +151,9 @@ pub(crate) fn compile(
                     let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() }];
                     let reads = pipelines.bindings_read(call.key.shader, call.key.entry);
                     let mut read_bytes = 0;
+                    // A binding that repeats another (a kernel variant's unused input bound
+                    // to the weight again) is read once.
+                    let mut counted: Vec<Storage> = Vec::new();
                     for &(binding, s) in &call.storage {
                         let part = |id: TensorId, part: usize| {
                             store
@@ -177,7 +180,8 @@ pub(crate) fn compile(
                             };
                             return Err(GpuError::TooLarge { tensor, bytes: size, limit: ctx.max_binding() });
                         }
-                        if binding < 64 && reads & (1 << binding) != 0 {
+                        if binding < 64 && reads & (1 << binding) != 0 && !counted.contains(&s) {
+                            counted.push(s);
                             read_bytes += size;
                         }
                         let size = std::num::NonZeroU64::new(size.max(4));

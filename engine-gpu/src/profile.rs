@@ -11,12 +11,12 @@
 //!
 //! The bytes of a dispatch are the sizes of the storage bindings its entry point loads from,
 //! as naga's analysis of the shader says (declared `read`, or `read_write` and read, as an
-//! in-place kernel's; see `compile::Step::Dispatch::read_bytes`): an estimate of what it reads,
-//! exact for kernels that read each input once, an upper bound for those that read part of
-//! a binding (ATTENTION and KV_WRITE's caches are bound whole, EMBED binds its whole table
-//! for a few rows), a lower bound for those that
-//! read an input more than once (the prefill `tiled` BITLINEAR reads its codes once per 32
-//! tokens). Writes are not counted.
+//! in-place kernel's; a binding bound twice counts once; see
+//! `compile::Step::Dispatch::read_bytes`). That estimate is exact for kernels that read
+//! each input once, an upper bound for those that read part of a binding (ATTENTION and
+//! KV_WRITE's caches are bound whole; EMBED binds its whole table to read a few rows, so its
+//! GB/s means nothing), a lower bound for those that read an input more than once (the
+//! prefill `tiled` BITLINEAR reads its codes once per 32 tokens). Writes are not counted.
 
 use std::collections::HashMap;
 

@@ -80,7 +80,8 @@ pub trait Engine {
     fn sync(&mut self) -> Result<(), ExecError>;
 
     /// The work this engine has handed to its device since it was created, for an engine
-    /// that dispatches kernels (a GPU engine); `None` for one that runs instructions in
+    /// that dispatches kernels (a GPU engine) or jobs to a thread pool (the CPU engine counts
+    /// each join as a dispatch, with no submits); `None` for one that runs instructions in
     /// place. `bench` divides the difference over a run by its tokens.
     fn counters(&self) -> Option<DispatchCounters> {
         None
