@@ -97,6 +97,42 @@ fn bench_reports_dispatches_and_submits_per_token_and_a_kernel_profile() {
 }
 
 #[test]
+fn an_adapter_without_timestamps_profiles_dispatches_and_bytes_without_times() {
+    if skipped() {
+        return;
+    }
+    let model = tiny("tiny_b158_i2_s.gguf");
+    let model = model.to_str().expect("utf-8 path");
+    let o = ok(Command::new(BIN).env("PUREBEE_GPU_NO_TIMESTAMPS", "1").args([
+        "bench",
+        model,
+        "--engine",
+        "gpu",
+        "-p",
+        "2",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--output",
+        "json",
+        "--profile",
+    ]));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("--profile")).collect();
+    assert_eq!(notes.len(), 1, "{stderr}");
+    assert!(notes[0].contains("no timestamp queries") && notes[0].contains("no kernel times"), "{stderr}");
+    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(j["profile_timed"], false);
+    assert!(number(&j["decode"]["dispatches_per_token"], "dispatches_per_token") > 0.0);
+    let profile = j["decode"]["profile"].as_array().expect("a profile without times");
+    assert!(!profile.is_empty());
+    for k in profile {
+        assert!(k["ms"].is_null() && k["gb_per_s"].is_null() && number(&k["dispatches"], "dispatches") > 0.0, "{k}");
+    }
+}
+
+#[test]
 fn the_cpu_engine_bench_has_no_gpu_fields_but_runs() {
     let model = tiny("tiny_b158_i2_s.gguf");
     let model = model.to_str().expect("utf-8 path");
@@ -133,9 +169,12 @@ fn probing_adapters_without_xdg_runtime_dir_prints_no_driver_errors() {
     let model = tiny("tiny_b158_i2_s.gguf");
     let model = model.to_str().expect("utf-8 path");
     for engine in ["gpu", "auto"] {
-        let o = ok(Command::new(BIN)
-            .env_remove("XDG_RUNTIME_DIR")
-            .args(["run", model, "--engine", engine, "-p", "ab", "-n", "1", "--temp", "0"]));
+        let mut command = Command::new(BIN);
+        // As on a headless machine where nobody configured Mesa's device-select layer.
+        for var in ["XDG_RUNTIME_DIR", "NODEVICE_SELECT", "MESA_VK_DEVICE_SELECT", "DRI_PRIME"] {
+            command.env_remove(var);
+        }
+        let o = ok(command.args(["run", model, "--engine", engine, "-p", "ab", "-n", "1", "--temp", "0"]));
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(!stderr.contains("XDG_RUNTIME_DIR"), "--engine {engine}: {stderr}");
         assert!(!stderr.to_lowercase().contains("error"), "--engine {engine}: {stderr}");

@@ -111,7 +111,9 @@ impl GpuContext {
             features |= wgpu::Features::SUBGROUP;
         }
         // Requested only where the adapter has them; costs nothing until a profile uses them.
-        let timestamps = adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        // `PUREBEE_GPU_NO_TIMESTAMPS=1` acts as an adapter without them (for tests).
+        let no_timestamps = std::env::var("PUREBEE_GPU_NO_TIMESTAMPS").is_ok_and(|v| v == "1");
+        let timestamps = !no_timestamps && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         if timestamps {
             features |= wgpu::Features::TIMESTAMP_QUERY;
         }

@@ -4,7 +4,7 @@
 //! `PUREBEE_SKIP_GPU_TESTS=1`, like every GPU test.
 
 use purebee_engine_gpu::{GpuEngine, GpuOptions, COMPILED_PROGRAMS};
-use purebee_isa::{DType, Engine, Program, ProgramBuilder, TensorId};
+use purebee_isa::{DType, Engine, ProfileSupport, Program, ProgramBuilder, TensorId};
 
 fn engine() -> Option<GpuEngine> {
     if std::env::var("PUREBEE_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") {
@@ -98,4 +98,46 @@ fn free_drops_the_compiled_programs_that_bound_the_tensor() {
     e.write_f32(x, &[1.0, 1.0, 1.0]).expect("size");
     e.execute(&double, &[]).expect("runs after a new GRID_ALLOC");
     assert_eq!(e.read_f32(t).expect("live"), vec![2.0, 2.0, 2.0]);
+}
+
+#[test]
+fn a_profile_counts_every_dispatch_by_family_and_adds_no_submit() {
+    let Some(mut e) = engine() else { return };
+    let mut b = ProgramBuilder::new("setup", e.memory_mut());
+    let x = b.alloc("x", DType::F32, &[1024]).expect("declare");
+    let y = b.alloc("y", DType::F32, &[1024]).expect("declare");
+    let setup = b.finish();
+    e.execute(&setup, &[]).expect("runs");
+    let mut b = ProgramBuilder::new("work", e.memory_mut());
+    b.add(y, x, x).expect("valid");
+    b.silu(y, y).expect("valid");
+    b.add(x, y, x).expect("valid");
+    let work = b.finish();
+    e.execute(&work, &[]).expect("runs");
+    assert!(e.take_profile().is_empty(), "no profile while off");
+    let timed = match e.set_profiling(true) {
+        ProfileSupport::Timed => true,
+        ProfileSupport::Untimed(_) => false,
+        ProfileSupport::Unsupported => panic!("the GPU engine profiles"),
+    };
+    let before = e.counters().expect("counted");
+    e.execute(&work, &[]).expect("runs");
+    e.execute(&work, &[]).expect("runs");
+    let spent = e.counters().expect("counted").since(before);
+    assert_eq!((spent.dispatches, spent.submits), (6, 2), "profiling adds no submit");
+    let profile = e.take_profile();
+    let kernels = e.dispatched_kernels(&work).expect("compiled");
+    let total: u64 = profile.iter().map(|k| k.dispatches).sum();
+    assert_eq!(total, 2 * kernels.len() as u64);
+    for k in &profile {
+        let runs = kernels.iter().filter(|f| **f == k.family).count() as u64;
+        assert_eq!(k.dispatches, 2 * runs, "{k:?}");
+        // Each dispatch reads at least its 4 KiB input.
+        assert!(k.bytes_read >= k.dispatches * 4096, "{k:?}");
+        assert_eq!(k.seconds.is_some(), timed, "{k:?}");
+    }
+    assert!(e.take_profile().is_empty(), "taken");
+    e.set_profiling(false);
+    e.execute(&work, &[]).expect("runs");
+    assert!(e.take_profile().is_empty(), "off again");
 }
