@@ -133,7 +133,7 @@ fn an_adapter_without_timestamps_profiles_dispatches_and_bytes_without_times() {
 }
 
 #[test]
-fn the_cpu_engine_bench_has_no_gpu_fields_but_runs() {
+fn the_ref_engine_has_no_counts_and_the_cpu_engine_counts_its_joins() {
     let model = tiny("tiny_b158_i2_s.gguf");
     let model = model.to_str().expect("utf-8 path");
     let o = ok(Command::new(BIN).args([
@@ -156,6 +156,13 @@ fn the_cpu_engine_bench_has_no_gpu_fields_but_runs() {
     assert!(j["profile_timed"].is_null(), "{j}");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("--profile: the ref engine has no kernel profile"), "{stderr}");
+    // The CPU engine counts its thread pool's joins as dispatches (none on one thread), and
+    // submits nothing.
+    let o = ok(Command::new(BIN)
+        .args(["bench", model, "--engine", "cpu", "-p", "2", "-n", "2", "-r", "1", "--output", "json"]));
+    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert!(number(&j["decode"]["dispatches_per_token"], "dispatches_per_token") >= 0.0, "{j}");
+    assert_eq!(j["decode"]["submits_per_token"], 0.0, "{j}");
 }
 
 /// Mesa's Vulkan device-select layer opens a Wayland connection while wgpu enumerates
