@@ -30,7 +30,7 @@ const RUN_PLANS: usize = 256;
 ///
 /// Profiling (`Engine::set_profiling`) is described in `profile.rs`: per kernel family
 /// (`file:entry`), dispatches, device time where the adapter has timestamp queries, and bytes
-/// read, counted as the sizes of the storage bindings the shader declares read-only.
+/// read, counted as the sizes of the storage bindings each dispatch's entry point loads from.
 pub struct GpuEngine {
     ctx: GpuContext,
     memory: Registry,
@@ -274,9 +274,6 @@ impl Engine for GpuEngine {
         }
         self.ctx.queue.submit([encoder.finish()]);
         self.counters.submits += 1;
-        if self.profiler.on() {
-            self.profiler.add_run(&self.ctx, &profiled, timed)?;
-        }
         let mut freed = HashSet::new();
         for &(id, state) in self.plans.peek(&program.id()).map_or(&[][..], |p| &p.effects) {
             self.store.set_state(id, state);
@@ -288,6 +285,9 @@ impl Engine for GpuEngine {
         if !freed.is_empty() {
             // Their bind groups would keep the freed buffers alive until recompiled.
             self.compiled.retain(|c| !c.bound.iter().any(|(id, _)| freed.contains(id)));
+        }
+        if self.profiler.on() {
+            self.profiler.add_run(&self.ctx, &profiled, timed)?;
         }
         self.ctx.check().map_err(ExecError::from)
     }
