@@ -14,13 +14,22 @@
 //! median tokens/s, its min–max spread over the repetitions and the median ms/token, and the
 //! JSON output adds every repetition's raw numbers. The KV cache holds `-c` positions
 //! (default: exactly `p + n`).
+//!
+//! For an engine that dispatches kernels ([`Engine::counters`]: the GPU engine), each phase
+//! also reports `dispatches_per_token` and `submits_per_token` over the timed repetitions
+//! (a prefill's counts are divided by its `-p` tokens; they include the setup and teardown
+//! of its tensors and the read-back). `--profile` then runs one more repetition with the
+//! engine's per-kernel profile on (`Engine::set_profiling`; slower, so not timed) and
+//! reports per phase and kernel family the dispatches, device milliseconds, bytes read and
+//! GB/s. An engine without device timestamps reports the dispatches and bytes without times
+//! (saying so in one line on stderr); one without kernels, nothing.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use purebee_isa::Engine;
+use purebee_isa::{DispatchCounters, Engine, KernelProfile, ProfileSupport};
 use purebee_runtime::{Model, ModelError, Session};
 use serde_json::{json, Value};
 
@@ -65,6 +74,11 @@ pub struct BenchArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
+    /// After the timed repetitions, one more with the engine's per-kernel profile: time,
+    /// bytes read and GB/s per kernel family (GPU engine; times where the adapter has
+    /// timestamp queries).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// What went wrong benchmarking.
@@ -109,6 +123,10 @@ pub struct PhaseStats {
     pub tokens: usize,
     /// Seconds of each repetition.
     pub seconds: Vec<f64>,
+    /// Dispatches and submits over all timed repetitions, for an engine that counts them.
+    pub counts: Option<DispatchCounters>,
+    /// The per-kernel profile of the profiled repetition (`--profile`).
+    pub profile: Vec<KernelProfile>,
 }
 
 impl PhaseStats {
@@ -130,9 +148,18 @@ impl PhaseStats {
         (median(&tps), min, max)
     }
 
+    /// (dispatches, submits) per token over the timed repetitions, for an engine that
+    /// counts them.
+    pub fn per_token(&self) -> Option<(f64, f64)> {
+        let c = self.counts?;
+        let tokens = (self.tokens * self.seconds.len()).max(1) as f64;
+        Some((c.dispatches as f64 / tokens, c.submits as f64 / tokens))
+    }
+
     fn to_json(&self) -> Value {
         let (med, min, max) = self.tokens_per_s_summary();
-        json!({
+        let per_token = self.per_token();
+        let mut j = json!({
             "tokens": self.tokens,
             "tokens_per_s_median": med,
             "tokens_per_s_min": min,
@@ -140,8 +167,50 @@ impl PhaseStats {
             "ms_per_token_median": median(&self.ms_per_token()),
             "seconds": self.seconds,
             "tokens_per_s": self.tokens_per_s(),
-        })
+            "dispatches_per_token": per_token.map(|p| p.0),
+            "submits_per_token": per_token.map(|p| p.1),
+        });
+        if !self.profile.is_empty() {
+            j["profile"] = self.profile.iter().map(|k| profile_json(k, self.tokens)).collect();
+        }
+        j
     }
+}
+
+/// One kernel family of a phase's profile (`tokens`: the phase's tokens).
+fn profile_json(k: &KernelProfile, tokens: usize) -> Value {
+    let ms = k.seconds.map(|s| s * 1e3);
+    json!({
+        "family": k.family,
+        "dispatches": k.dispatches,
+        "dispatches_per_token": k.dispatches as f64 / tokens.max(1) as f64,
+        "ms": ms,
+        "ms_per_token": ms.map(|ms| ms / tokens.max(1) as f64),
+        "bytes": k.bytes_read,
+        "gb_per_s": gb_per_s(k),
+    })
+}
+
+/// The bytes a family read over its device time, in GB/s (`None` without a time).
+fn gb_per_s(k: &KernelProfile) -> Option<f64> {
+    k.seconds.filter(|&s| s > 0.0).map(|s| k.bytes_read as f64 / s / 1e9)
+}
+
+/// Adds `b` to `a` (`None` stays `None`).
+fn add_counts(a: Option<DispatchCounters>, b: Option<DispatchCounters>) -> Option<DispatchCounters> {
+    let (a, b) = (a?, b?);
+    Some(DispatchCounters { dispatches: a.dispatches + b.dispatches, submits: a.submits + b.submits })
+}
+
+/// What one repetition measured per phase (`None` durations for a phase of 0 tokens).
+#[derive(Default)]
+struct Measured {
+    prefill: Option<Duration>,
+    decode: Option<Duration>,
+    prefill_counts: Option<DispatchCounters>,
+    decode_counts: Option<DispatchCounters>,
+    prefill_profile: Vec<KernelProfile>,
+    decode_profile: Vec<KernelProfile>,
 }
 
 /// The median (the mean of the two middle values for an even count; NaN for none).
@@ -175,7 +244,9 @@ fn check_flags(args: &BenchArgs) -> Result<usize, BenchError> {
     }
 }
 
-/// One repetition: the prefill's and the decode's durations (`None` for a phase of 0 tokens).
+/// One repetition: each phase's duration and dispatch counts, and with `profiled` (the
+/// engine's profile on), each phase's kernel profile.
+#[allow(clippy::too_many_arguments)]
 fn repetition<E: Engine>(
     model: &mut Model<E>,
     session: &mut Session,
@@ -184,24 +255,36 @@ fn repetition<E: Engine>(
     n_gen: usize,
     repetition: usize,
     file: &std::path::Path,
-) -> Result<(Option<Duration>, Option<Duration>), BenchError> {
+    profiled: bool,
+) -> Result<Measured, BenchError> {
     let fail =
         |phase, source| BenchError::Forward { file: file.to_path_buf(), phase, repetition, source: Box::new(source) };
-    let (mut token, prefill) = if prompt.is_empty() {
-        (first_decode_token, None)
-    } else {
+    let mut m = Measured::default();
+    let mut token = first_decode_token;
+    if !prompt.is_empty() {
+        let before = model.engine().counters();
         let start = Instant::now();
-        let t = model.forward_greedy(session, prompt, 0).map_err(|e| fail("prefill", e))?;
-        (t, Some(start.elapsed()))
-    };
-    if n_gen == 0 {
-        return Ok((prefill, None));
+        token = model.forward_greedy(session, prompt, 0).map_err(|e| fail("prefill", e))?;
+        m.prefill = Some(start.elapsed());
+        m.prefill_counts = model.engine().counters().zip(before).map(|(now, before)| now.since(before));
+        if profiled {
+            m.prefill_profile = model.take_profile();
+        }
     }
+    if n_gen == 0 {
+        return Ok(m);
+    }
+    let before = model.engine().counters();
     let start = Instant::now();
     for pos in prompt.len()..prompt.len() + n_gen {
         token = model.forward_greedy(session, &[token], pos).map_err(|e| fail("decode", e))?;
     }
-    Ok((prefill, Some(start.elapsed())))
+    m.decode = Some(start.elapsed());
+    m.decode_counts = model.engine().counters().zip(before).map(|(now, before)| now.since(before));
+    if profiled {
+        m.decode_profile = model.take_profile();
+    }
+    Ok(m)
 }
 
 /// Runs `bench`.
@@ -229,18 +312,60 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let prompt: Vec<u32> = (0..args.n_prompt).map(|_| rng.below(vocab) as u32).collect();
     let first_decode_token = rng.below(vocab) as u32;
 
-    let mut prefill = PhaseStats { tokens: args.n_prompt, seconds: Vec::new() };
-    let mut decode = PhaseStats { tokens: args.n_gen, seconds: Vec::new() };
+    let counting = model.engine().counters().is_some();
+    let zero = counting.then(DispatchCounters::default);
+    let mut prefill = PhaseStats { tokens: args.n_prompt, seconds: Vec::new(), counts: zero, profile: Vec::new() };
+    let mut decode = PhaseStats { tokens: args.n_gen, seconds: Vec::new(), counts: zero, profile: Vec::new() };
+    let rate =
+        |t: Option<Duration>, n: usize| t.map_or("-".to_string(), |t| format!("{:.2} t/s", n as f64 / t.as_secs_f64()));
     for r in 0..=args.repetitions {
-        let (p, d) = repetition(&mut model, &mut session, &prompt, first_decode_token, args.n_gen, r, &model_path)?;
+        let m = repetition(&mut model, &mut session, &prompt, first_decode_token, args.n_gen, r, &model_path, false)?;
         let what = if r == 0 { "warm-up".to_string() } else { format!("repetition {r}/{}", args.repetitions) };
-        let rate = |t: Option<Duration>, n: usize| {
-            t.map_or("-".to_string(), |t| format!("{:.2} t/s", n as f64 / t.as_secs_f64()))
-        };
-        eprintln!("purebee-rs: {what}: prefill {}, decode {}", rate(p, args.n_prompt), rate(d, args.n_gen));
+        eprintln!(
+            "purebee-rs: {what}: prefill {}, decode {}",
+            rate(m.prefill, args.n_prompt),
+            rate(m.decode, args.n_gen)
+        );
         if r > 0 {
-            prefill.seconds.extend(p.map(|t| t.as_secs_f64()));
-            decode.seconds.extend(d.map(|t| t.as_secs_f64()));
+            prefill.seconds.extend(m.prefill.map(|t| t.as_secs_f64()));
+            decode.seconds.extend(m.decode.map(|t| t.as_secs_f64()));
+            prefill.counts = add_counts(prefill.counts, m.prefill_counts);
+            decode.counts = add_counts(decode.counts, m.decode_counts);
+        }
+    }
+    let mut profile_timed = None;
+    if args.profile {
+        let engine = model.engine().name();
+        match model.set_profiling(true) {
+            ProfileSupport::Unsupported => {
+                eprintln!("purebee-rs: --profile: the {engine} engine has no kernel profile")
+            }
+            support => {
+                let timed = support == ProfileSupport::Timed;
+                if let ProfileSupport::Untimed(reason) = &support {
+                    eprintln!("purebee-rs: --profile: {reason}: dispatch counts and bytes only, no kernel times");
+                }
+                profile_timed = Some(timed);
+                let r = args.repetitions + 1;
+                let m = repetition(
+                    &mut model,
+                    &mut session,
+                    &prompt,
+                    first_decode_token,
+                    args.n_gen,
+                    r,
+                    &model_path,
+                    true,
+                )?;
+                model.set_profiling(false);
+                eprintln!(
+                    "purebee-rs: profiled repetition: prefill {}, decode {}",
+                    rate(m.prefill, args.n_prompt),
+                    rate(m.decode, args.n_gen)
+                );
+                prefill.profile = m.prefill_profile;
+                decode.profile = m.decode_profile;
+            }
         }
     }
 
@@ -272,6 +397,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
         "load_seconds": load_seconds,
         "prefill": phase(&prefill),
         "decode": phase(&decode),
+        "profile_timed": profile_timed,
     });
     match args.output {
         Output::Json => writeln!(out, "{report}")?,
@@ -321,7 +447,49 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 let ms = median(&s.ms_per_token());
                 writeln!(out, "{name:<8} {:>7} {med:>14.3} {spread:>23} {ms:>17.2}", s.tokens)?;
             }
+            for (name, s) in [("prefill", &prefill), ("decode", &decode)] {
+                if let (true, Some((d, sub))) = (s.tokens > 0, s.per_token()) {
+                    writeln!(out, "{name:<8} {d:.2} dispatches/token, {sub:.2} submits/token")?;
+                }
+            }
+            for (name, s) in [("prefill", &prefill), ("decode", &decode)] {
+                if s.profile.is_empty() {
+                    continue;
+                }
+                writeln!(out)?;
+                write_profile(out, name, s)?;
+            }
         }
+    }
+    Ok(())
+}
+
+/// The text table of a phase's profile, slowest family first (most dispatches first without
+/// times).
+fn write_profile(out: &mut dyn Write, name: &str, s: &PhaseStats) -> std::io::Result<()> {
+    let tokens = s.tokens.max(1) as f64;
+    let mut rows: Vec<&KernelProfile> = s.profile.iter().collect();
+    rows.sort_by(|a, b| {
+        b.seconds.unwrap_or(0.0).total_cmp(&a.seconds.unwrap_or(0.0)).then(b.dispatches.cmp(&a.dispatches))
+    });
+    let total: f64 = rows.iter().filter_map(|k| k.seconds).sum();
+    writeln!(out, "profile of the {name} ({} tokens, one repetition):", s.tokens)?;
+    writeln!(
+        out,
+        "{:<44} {:>10} {:>11} {:>6} {:>12} {:>9}",
+        "kernel family", "disp/token", "ms/token", "%", "MB/token", "GB/s"
+    )?;
+    for k in rows {
+        let ms = k.seconds.map_or("-".to_string(), |t| format!("{:.4}", t * 1e3 / tokens));
+        let share = k.seconds.filter(|_| total > 0.0).map_or("-".to_string(), |t| format!("{:.1}", 100.0 * t / total));
+        let gbs = gb_per_s(k).map_or("-".to_string(), |g| format!("{g:.2}"));
+        writeln!(
+            out,
+            "{:<44} {:>10.2} {ms:>11} {share:>6} {:>12.3} {gbs:>9}",
+            k.family,
+            k.dispatches as f64 / tokens,
+            k.bytes_read as f64 / 1e6 / tokens
+        )?;
     }
     Ok(())
 }
@@ -339,12 +507,32 @@ mod tests {
 
     #[test]
     fn phase_stats_summarise_the_repetitions() {
-        let s = PhaseStats { tokens: 8, seconds: vec![2.0, 1.0, 4.0] };
+        let s = PhaseStats {
+            tokens: 8,
+            seconds: vec![2.0, 1.0, 4.0],
+            counts: Some(DispatchCounters { dispatches: 240, submits: 48 }),
+            profile: vec![KernelProfile {
+                family: "bitlinear.wgsl:gemv".into(),
+                dispatches: 24,
+                seconds: Some(0.5),
+                bytes_read: 2_000_000_000,
+            }],
+        };
         assert_eq!(s.tokens_per_s(), vec![4.0, 8.0, 2.0]);
         assert_eq!(s.tokens_per_s_summary(), (4.0, 2.0, 8.0));
         assert_eq!(median(&s.ms_per_token()), 250.0);
         let j = s.to_json();
         assert_eq!(j["tokens_per_s_median"], 4.0);
         assert_eq!(j["seconds"], json!([2.0, 1.0, 4.0]));
+        // 240 dispatches and 48 submits over 3 repetitions of 8 tokens.
+        assert_eq!(j["dispatches_per_token"], 10.0);
+        assert_eq!(j["submits_per_token"], 2.0);
+        assert_eq!(j["profile"][0]["family"], "bitlinear.wgsl:gemv");
+        assert_eq!(j["profile"][0]["dispatches_per_token"], 3.0);
+        assert_eq!(j["profile"][0]["ms"], 500.0);
+        assert_eq!(j["profile"][0]["gb_per_s"], 4.0);
+        let none = PhaseStats { counts: None, profile: Vec::new(), ..s };
+        assert!(none.to_json()["dispatches_per_token"].is_null());
+        assert!(none.to_json().get("profile").is_none());
     }
 }

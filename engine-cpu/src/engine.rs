@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use purebee_isa::{Engine, ExecError, Instruction, ParamValue, Program, ProgramId};
+use purebee_isa::{DispatchCounters, Engine, ExecError, Instruction, ParamValue, Program, ProgramId};
 use purebee_memory::{DType, MemoryError, Registry, TensorId};
 
 use crate::kernels::pool::Pool;
@@ -164,6 +164,12 @@ impl Engine for CpuEngine {
 
     fn sync(&mut self) -> Result<(), ExecError> {
         Ok(())
+    }
+
+    /// The thread pool's jobs as dispatches (each one wakes the workers and joins them; work
+    /// too small to split runs on the caller and is not counted), and no submits.
+    fn counters(&self) -> Option<DispatchCounters> {
+        Some(DispatchCounters { dispatches: self.pool.jobs(), submits: 0 })
     }
 }
 

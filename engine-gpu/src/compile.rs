@@ -24,12 +24,16 @@ pub(crate) enum Step {
     /// GPU layout) into part `i` of the tensor.
     Copy { srcs: Vec<wgpu::Buffer>, dst: TensorId },
     /// A kernel dispatch; `kernel` (shader file and entry point) names its family for
-    /// profiles.
+    /// profiles, and `read_bytes` is what profiles count as the bytes it reads: the size of
+    /// every storage binding its entry point loads from (the bound window of a tensor,
+    /// scratch buffer or run-time parameters; see `kernels::bindings_read`; a binding bound
+    /// twice counted once), whether or not the kernel reads all of it.
     Dispatch {
         pipeline: wgpu::ComputePipeline,
         bind_group: wgpu::BindGroup,
         workgroups: [u32; 3],
         kernel: (Shader, &'static str),
+        read_bytes: u64,
     },
 }
 
@@ -168,6 +172,11 @@ pub(crate) fn compile(
                         }
                     }
                     let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: uniform.as_entire_binding() }];
+                    let reads = pipelines.bindings_read(call.key.shader, call.key.entry);
+                    let mut read_bytes = 0;
+                    // A binding that repeats another (a kernel variant's unused input bound
+                    // to the weight again) is read once.
+                    let mut counted: Vec<Storage> = Vec::new();
                     for &(binding, s) in &call.storage {
                         let part = |id: TensorId, part: usize| {
                             store
@@ -194,6 +203,10 @@ pub(crate) fn compile(
                             };
                             return Err(GpuError::TooLarge { tensor, bytes: size, limit: ctx.max_binding() });
                         }
+                        if binding < 64 && reads & (1 << binding) != 0 && !counted.contains(&s) {
+                            counted.push(s);
+                            read_bytes += size;
+                        }
                         let size = std::num::NonZeroU64::new(size.max(4));
                         let resource = wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer, offset, size });
                         entries.push(wgpu::BindGroupEntry { binding, resource });
@@ -204,7 +217,13 @@ pub(crate) fn compile(
                         entries: &entries,
                     });
                     let kernel = (call.key.shader, call.key.entry);
-                    steps.push(Step::Dispatch { pipeline, bind_group, workgroups: call.workgroups, kernel });
+                    steps.push(Step::Dispatch {
+                        pipeline,
+                        bind_group,
+                        workgroups: call.workgroups,
+                        kernel,
+                        read_bytes,
+                    });
                 }
             }
         }

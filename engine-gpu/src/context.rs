@@ -4,6 +4,31 @@ use std::sync::{Arc, Mutex};
 
 use crate::GpuError;
 
+/// The variables with which a user configures Mesa's Vulkan device-select layer.
+const DEVICE_SELECT_VARS: [&str; 4] =
+    ["NODEVICE_SELECT", "MESA_VK_DEVICE_SELECT", "MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE", "DRI_PRIME"];
+
+/// Keeps adapter probing from opening display connections: call it first thing in `main`,
+/// before any thread starts (it sets an environment variable of this process).
+///
+/// Mesa's Vulkan device-select layer (an implicit layer, on wherever Mesa is installed)
+/// picks a default GPU by connecting to the Wayland and X11 displays whenever the instance
+/// enables their surface extensions, which wgpu's Vulkan backend always does. Without
+/// `XDG_RUNTIME_DIR`, libwayland then prints `error: XDG_RUNTIME_DIR is invalid or not set
+/// in the environment.` on every probe; with a remote `DISPLAY`, it waits on the network. A
+/// compute engine has no surface, and [`GpuContext::new`] ranks every adapter itself (the
+/// layer only reorders them), so unless the user configures the layer (any of
+/// `NODEVICE_SELECT`, `MESA_VK_DEVICE_SELECT`, `MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE`,
+/// `DRI_PRIME` set), this turns it off for the process with its own switch,
+/// `NODEVICE_SELECT=1`. Returns whether it did.
+pub fn quiet_display_probing() -> bool {
+    if DEVICE_SELECT_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+        return false;
+    }
+    std::env::set_var("NODEVICE_SELECT", "1");
+    true
+}
+
 /// How to pick and configure the adapter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuOptions {
@@ -36,6 +61,9 @@ pub struct Capabilities {
     pub subgroups: bool,
     /// The adapter's smallest subgroup size (when subgroups are enabled).
     pub min_subgroup_size: u32,
+    /// Timestamp queries at compute pass boundaries are enabled (`bench --profile` times
+    /// kernels with them; nothing else uses them).
+    pub timestamps: bool,
 }
 
 /// An open device, its queue, and what the adapter allows.
@@ -88,6 +116,13 @@ impl GpuContext {
         if subgroups {
             features |= wgpu::Features::SUBGROUP;
         }
+        // Requested only where the adapter has them; costs nothing until a profile uses them.
+        // `PUREBEE_GPU_NO_TIMESTAMPS=1` acts as an adapter without them (for tests).
+        let no_timestamps = std::env::var("PUREBEE_GPU_NO_TIMESTAMPS").is_ok_and(|v| v == "1");
+        let timestamps = !no_timestamps && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
+        if timestamps {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("purebee"),
             required_features: features,
@@ -110,7 +145,11 @@ impl GpuContext {
                 v.push(format!("device lost ({reason:?}): {message}"));
             }
         });
-        let caps = Capabilities { subgroups, min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 } };
+        let caps = Capabilities {
+            subgroups,
+            min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 },
+            timestamps,
+        };
         let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
         Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, fuse, errors })
     }

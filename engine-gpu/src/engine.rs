@@ -1,16 +1,20 @@
 //! The GPU engine: the registry, the tensors' buffers, compiled programs, and the `Engine`
 //! operations.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::mpsc;
 
-use purebee_isa::{DispatchCounters, Engine, ExecError, ParamValue, PendingRead, Program, ProgramId};
+use purebee_isa::{
+    DispatchCounters, Engine, ExecError, KernelProfile, ParamValue, PendingRead, ProfileSupport, Program,
+};
 use purebee_memory::{MemoryError, Registry, TensorId};
 
+use crate::cache::Lru;
 use crate::compile::{compile, Compiled, Step};
 use crate::kernels::{layout, ScratchKey};
 use crate::pipelines::PipelineCache;
 use crate::plan::RunPlan;
+use crate::profile::Profiler;
 use crate::tensors::{Liveness, TensorStore};
 use crate::{GpuContext, GpuError, GpuOptions};
 
@@ -28,20 +32,35 @@ struct InFlightRead {
     mapped: mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>,
 }
 
+/// Compiled programs kept at most (the least recently run beyond it are dropped, with their
+/// buffers and bind groups, and compiled again when they run again).
+pub const COMPILED_PROGRAMS: usize = 32;
+
+/// Run plans kept at most (they are small and cheap to work out again).
+const RUN_PLANS: usize = 256;
+
 /// The wgpu engine.
 ///
 /// A program's commands are submitted with whatever comes next (a read's copy joins the
 /// same submission, so a decode step that reads its token back costs one submit), or
 /// before anything that writes to the queue.
+///
+/// Compiled programs live in a cache of [`COMPILED_PROGRAMS`] entries, least recently run
+/// first out. A program that FREEs a tensor drops every compiled program that bound the
+/// tensor's buffers, so that the buffers are returned (a bind group holds its buffers alive).
+///
+/// Profiling (`Engine::set_profiling`) is described in `profile.rs`: per kernel family
+/// (`file:entry`), dispatches, device time where the adapter has timestamp queries, and bytes
+/// read, counted as the sizes of the storage bindings each dispatch's entry point loads from.
 pub struct GpuEngine {
     ctx: GpuContext,
     memory: Registry,
     store: TensorStore,
     pipelines: PipelineCache,
-    compiled: HashMap<ProgramId, Compiled>,
+    compiled: Lru<Compiled>,
     /// Each program's lifetime facts, worked out on its first run (they do not depend on
     /// buffers, so they outlive recompilations).
-    plans: HashMap<ProgramId, RunPlan>,
+    plans: Lru<RunPlan>,
     /// A reusable MAP_READ buffer for GRID_READ, grown as needed.
     staging: Option<wgpu::Buffer>,
     /// Dispatches and submits so far (`Engine::counters`).
@@ -52,6 +71,7 @@ pub struct GpuEngine {
     next_ticket: u64,
     /// Staging buffers of finished `read_later`s, for reuse.
     spare_staging: Vec<wgpu::Buffer>,
+    profiler: Profiler,
 }
 
 impl GpuEngine {
@@ -62,14 +82,15 @@ impl GpuEngine {
             memory: Registry::new(),
             store: TensorStore::default(),
             pipelines: PipelineCache::default(),
-            compiled: HashMap::new(),
-            plans: HashMap::new(),
+            compiled: Lru::new(COMPILED_PROGRAMS),
+            plans: Lru::new(RUN_PLANS),
             staging: None,
             counters: DispatchCounters::default(),
             unsubmitted: None,
             reads_in_flight: VecDeque::new(),
             next_ticket: 0,
             spare_staging: Vec::new(),
+            profiler: Profiler::default(),
         })
     }
 
@@ -164,7 +185,7 @@ impl GpuEngine {
     pub fn read_scratch(&mut self, program: &Program, key: ScratchKey) -> Result<Vec<u8>, ExecError> {
         let buffer = self
             .compiled
-            .get(&program.id())
+            .peek(&program.id())
             .and_then(|c| c.scratch.get(&key))
             .cloned()
             .ok_or_else(|| GpuError::Wgpu(format!("program '{}' has no scratch buffer {key:?}", program.name())))?;
@@ -175,12 +196,28 @@ impl GpuEngine {
     /// `bitlinear.wgsl:gemv`); `None` until the program has run on this engine. For tests
     /// and profiles: what the compiler made of a program.
     pub fn dispatched_kernels(&self, program: &Program) -> Option<Vec<String>> {
-        let c = self.compiled.get(&program.id())?;
+        let c = self.compiled.peek(&program.id())?;
         let kernels = c.steps.iter().filter_map(|s| match s {
             Step::Dispatch { kernel: (shader, entry), .. } => Some(format!("{}:{entry}", shader.name())),
             _ => None,
         });
         Some(kernels.collect())
+    }
+
+    /// The compiled programs the engine keeps (at most [`COMPILED_PROGRAMS`]); for tests.
+    pub fn compiled_programs(&self) -> usize {
+        self.compiled.len()
+    }
+
+    /// Whether a compiled program of `program` is kept; for tests.
+    pub fn is_compiled(&self, program: &Program) -> bool {
+        self.compiled.contains(&program.id())
+    }
+
+    /// The compiled programs whose bind groups hold buffers of `tensor`; for tests (0 after
+    /// a FREE of it).
+    pub fn programs_binding(&self, tensor: TensorId) -> usize {
+        self.compiled.values().filter(|c| c.bound.iter().any(|&(id, _)| id == tensor)).count()
     }
 
     fn byte_len(&self, op: &'static str, id: TensorId) -> Result<usize, ExecError> {
@@ -207,16 +244,17 @@ impl Engine for GpuEngine {
         // The previous program's commands go first: this one's parameter (and any weight)
         // writes would otherwise land ahead of them.
         self.flush();
-        if !self.plans.contains_key(&program.id()) {
+        if !self.plans.contains(&program.id()) {
             let plan = RunPlan::new(program, &self.memory)?;
             self.plans.insert(program.id(), plan);
         }
-        let Some(plan) = self.plans.get(&program.id()) else {
+        let _ = self.plans.get(&program.id());
+        let Some(plan) = self.plans.peek(&program.id()) else {
             return Err(GpuError::Wgpu("run plan missing".to_string()).into());
         };
         self.check_liveness(plan)?;
         plan.check_positions(program, params, &self.memory)?;
-        let current = self.compiled.get(&program.id()).is_some_and(|c| c.is_current(&self.store));
+        let current = self.compiled.peek(&program.id()).is_some_and(|c| c.is_current(&self.store));
         if !current {
             let c = compile(&self.ctx, &self.memory, &mut self.store, &mut self.pipelines, program)?;
             self.compiled.insert(program.id(), c);
@@ -237,9 +275,32 @@ impl Engine for GpuEngine {
         let mut encoder =
             self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(program.name()) });
         let mut pass: Option<wgpu::ComputePass> = None;
+        // Profiling: the family and read bytes of each dispatch; timed, each dispatch in its
+        // own pass with timestamps (see `profile.rs`). Off, neither exists.
+        let timed = self.profiler.timing(&self.ctx);
+        let mut profiled = Vec::new();
+        if timed {
+            let dispatches = c.steps.iter().filter(|s| matches!(s, Step::Dispatch { .. })).count();
+            self.profiler.prepare(&self.ctx, dispatches);
+        }
         for step in &c.steps {
             match step {
-                Step::Dispatch { pipeline, bind_group, workgroups, .. } => {
+                Step::Dispatch { pipeline, bind_group, workgroups, kernel, read_bytes } => {
+                    if self.profiler.on() {
+                        if timed {
+                            // End the previous pass before the encoder starts the next.
+                            drop(pass.take());
+                            pass = Some(
+                                encoder
+                                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                                        label: None,
+                                        timestamp_writes: self.profiler.writes(profiled.len()),
+                                    })
+                                    .forget_lifetime(),
+                            );
+                        }
+                        profiled.push((*kernel, *read_bytes));
+                    }
                     let p = pass.get_or_insert_with(|| {
                         encoder
                             .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
@@ -269,12 +330,28 @@ impl Engine for GpuEngine {
             }
         }
         drop(pass);
+        if timed {
+            self.profiler.resolve(&mut encoder, profiled.len());
+        }
         self.unsubmitted = Some(encoder.finish());
-        for &(id, state) in self.plans.get(&program.id()).map_or(&[][..], |p| &p.effects) {
+        if timed {
+            // The profile waits for this run's timestamps.
+            self.flush();
+        }
+        let mut freed = HashSet::new();
+        for &(id, state) in self.plans.peek(&program.id()).map_or(&[][..], |p| &p.effects) {
             self.store.set_state(id, state);
             if state == Liveness::Freed {
                 self.store.release(id);
+                freed.insert(id);
             }
+        }
+        if !freed.is_empty() {
+            // Their bind groups would keep the freed buffers alive until recompiled.
+            self.compiled.retain(|c| !c.bound.iter().any(|(id, _)| freed.contains(id)));
+        }
+        if self.profiler.on() {
+            self.profiler.add_run(&self.ctx, &profiled, timed)?;
         }
         self.ctx.check().map_err(ExecError::from)
     }
@@ -404,5 +481,13 @@ impl Engine for GpuEngine {
 
     fn counters(&self) -> Option<DispatchCounters> {
         Some(self.counters)
+    }
+
+    fn set_profiling(&mut self, on: bool) -> ProfileSupport {
+        self.profiler.set(&self.ctx, on)
+    }
+
+    fn take_profile(&mut self) -> Vec<KernelProfile> {
+        self.profiler.take(&self.ctx)
     }
 }

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+mod cache;
 mod compile;
 mod context;
 mod engine;
@@ -22,9 +23,10 @@ mod fuse;
 mod kernels;
 mod pipelines;
 mod plan;
+mod profile;
 mod tensors;
 
-pub use context::{GpuContext, GpuOptions};
-pub use engine::GpuEngine;
+pub use context::{quiet_display_probing, GpuContext, GpuOptions};
+pub use engine::{GpuEngine, COMPILED_PROGRAMS};
 pub use error::GpuError;
 pub use kernels::ScratchKey;

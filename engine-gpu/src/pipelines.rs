@@ -20,9 +20,17 @@ pub(crate) struct PipelineKey {
 pub(crate) struct PipelineCache {
     modules: HashMap<Shader, wgpu::ShaderModule>,
     pipelines: HashMap<PipelineKey, wgpu::ComputePipeline>,
+    /// The storage bindings each entry point reads (`kernels::bindings_read`).
+    reads: HashMap<(Shader, &'static str), u64>,
 }
 
 impl PipelineCache {
+    /// The storage bindings entry point `entry` of `shader` reads, as a bit mask (bit `n`:
+    /// `@binding(n)`).
+    pub fn bindings_read(&mut self, shader: Shader, entry: &'static str) -> u64 {
+        *self.reads.entry((shader, entry)).or_insert_with(|| crate::kernels::bindings_read(shader.source(), entry))
+    }
+
     /// The pipeline for `key`, created on first use.
     pub fn get(&mut self, ctx: &GpuContext, key: &PipelineKey) -> wgpu::ComputePipeline {
         if let Some(p) = self.pipelines.get(key) {

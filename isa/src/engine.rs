@@ -56,6 +56,33 @@ impl DispatchCounters {
     }
 }
 
+/// One kernel family's share of a profiled span (see [`Engine::set_profiling`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelProfile {
+    /// The kernel family, as the engine names it (the GPU engine: `file:entry`, for example
+    /// `bitlinear.wgsl:gemv`).
+    pub family: String,
+    /// Dispatches of the family.
+    pub dispatches: u64,
+    /// Device time of those dispatches in seconds, from device timestamps; `None` where the
+    /// device has none.
+    pub seconds: Option<f64>,
+    /// Bytes the dispatches read, as the engine estimates them (the GPU engine documents
+    /// what it counts on `GpuEngine`).
+    pub bytes_read: u64,
+}
+
+/// What [`Engine::set_profiling`] could turn on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProfileSupport {
+    /// Dispatch counts, bytes read and device time per kernel family.
+    Timed,
+    /// Dispatch counts and bytes read per kernel family, without times: the reason.
+    Untimed(String),
+    /// The engine runs no kernels it can profile.
+    Unsupported,
+}
+
 /// An engine runs programs over the tensors of its [`Registry`].
 ///
 /// Models build programs against [`Engine::memory_mut`] (declaring activations, looking up
@@ -107,10 +134,26 @@ pub trait Engine {
     }
 
     /// The work this engine has handed to its device since it was created, for an engine
-    /// that dispatches kernels (a GPU engine); `None` for one that runs instructions in
+    /// that dispatches kernels (a GPU engine) or jobs to a thread pool (the CPU engine counts
+    /// each join as a dispatch, with no submits); `None` for one that runs instructions in
     /// place. `bench` divides the difference over a run by its tokens.
     fn counters(&self) -> Option<DispatchCounters> {
         None
+    }
+
+    /// Turns per-kernel profiling on or off and says what a profile will hold. Profiling
+    /// may slow the engine (the GPU engine gives each dispatch its own timed pass and waits
+    /// for the timestamps after each run); off, it costs nothing. Engines without kernels
+    /// answer [`ProfileSupport::Unsupported`].
+    fn set_profiling(&mut self, on: bool) -> ProfileSupport {
+        let _ = on;
+        ProfileSupport::Unsupported
+    }
+
+    /// What was profiled since profiling was turned on or since the last call, one entry per
+    /// kernel family in the order each was first dispatched; empty when profiling is off.
+    fn take_profile(&mut self) -> Vec<KernelProfile> {
+        Vec::new()
     }
 
     /// GRID_WRITE of f32 values.
@@ -172,5 +215,11 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn counters(&self) -> Option<DispatchCounters> {
         (**self).counters()
+    }
+    fn set_profiling(&mut self, on: bool) -> ProfileSupport {
+        (**self).set_profiling(on)
+    }
+    fn take_profile(&mut self) -> Vec<KernelProfile> {
+        (**self).take_profile()
     }
 }

@@ -19,7 +19,7 @@ mod program;
 mod validate;
 
 pub use args::{F32Arg, ParamDecl, ParamId, ParamKind, ParamValue, U32Arg};
-pub use engine::{DispatchCounters, Engine, PendingRead};
+pub use engine::{DispatchCounters, Engine, KernelProfile, PendingRead, ProfileSupport};
 pub use error::{ExecError, IsaError};
 pub use instruction::Instruction;
 pub use program::{Program, ProgramBuilder, ProgramId};

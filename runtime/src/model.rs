@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use purebee_isa::{DType, Engine, ParamValue, PendingRead, Program, ProgramBuilder, TensorId};
+use purebee_isa::{
+    DType, Engine, KernelProfile, ParamValue, PendingRead, ProfileSupport, Program, ProgramBuilder, TensorId,
+};
 use purebee_memory::gguf::{FileWatch, GgufFile};
 
 use crate::forward::{record_forward, ForwardIo, LogitsRows};
@@ -169,6 +171,16 @@ impl<E: Engine> Model<E> {
     /// The engine.
     pub fn engine(&self) -> &E {
         &self.engine
+    }
+
+    /// Turns the engine's per-kernel profiling on or off (`Engine::set_profiling`).
+    pub fn set_profiling(&mut self, on: bool) -> ProfileSupport {
+        self.engine.set_profiling(on)
+    }
+
+    /// The engine's kernel profile since the last call (`Engine::take_profile`).
+    pub fn take_profile(&mut self) -> Vec<KernelProfile> {
+        self.engine.take_profile()
     }
 
     /// A new session with a KV cache of `n_ctx` positions (0: the model's training

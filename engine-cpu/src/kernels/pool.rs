@@ -90,6 +90,8 @@ struct Shared {
 pub struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// Jobs handed to the workers so far (each one a wake-up and a join).
+    jobs: AtomicU64,
 }
 
 impl Pool {
@@ -103,7 +105,7 @@ impl Pool {
             wake: Condvar::new(),
             panicked: AtomicBool::new(false),
         });
-        let mut pool = Pool { shared, workers: Vec::new() };
+        let mut pool = Pool { shared, workers: Vec::new(), jobs: AtomicU64::new(0) };
         for i in 1..threads.max(1) {
             let shared = Arc::clone(&pool.shared);
             // On failure `pool` is dropped here, which stops the workers already started.
@@ -118,6 +120,12 @@ impl Pool {
         self.workers.len() + 1
     }
 
+    /// Jobs handed to the workers so far: calls of [`Pool::run`] that woke them and joined
+    /// (not those run on the caller alone).
+    pub fn jobs(&self) -> u64 {
+        self.jobs.load(Ordering::Relaxed)
+    }
+
     /// Calls `f(i)` once for every `i` in `0..n_tasks`, spread over the threads, and returns
     /// when all calls have returned. Tasks are claimed in increasing order.
     pub fn run(&self, n_tasks: usize, f: &(dyn Fn(usize) + Sync)) {
@@ -125,6 +133,7 @@ impl Pool {
             (0..n_tasks).for_each(f);
             return;
         }
+        self.jobs.fetch_add(1, Ordering::Relaxed);
         let job = Job { f, n_tasks, next: AtomicUsize::new(0) };
         let s = &*self.shared;
         // SAFETY: the pointer is only dereferenced by a worker that joined this job (a
@@ -275,7 +284,6 @@ fn join(s: &Shared, mut state: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn every_task_runs_once_on_any_thread_count() {
@@ -288,6 +296,8 @@ mod tests {
                 });
                 assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "threads {threads}, n {n}");
             }
+            // Jobs count the runs handed to workers: none on one thread, nor of 0 or 1 task.
+            assert_eq!(pool.jobs(), if threads == 1 { 0 } else { 4 }, "threads {threads}");
         }
     }
 

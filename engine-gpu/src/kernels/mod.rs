@@ -215,6 +215,51 @@ impl Shader {
     }
 }
 
+/// The storage bindings of group 0 that entry point `entry` of a WGSL source reads (loads
+/// from, whether declared `read` or `read_write`), as a bit mask (bit `n` for `@binding(n)`,
+/// up to 63), from naga's analysis of the module. Profiles count the bytes of these bindings
+/// as the bytes a dispatch reads. When the source does not validate (it would not compile
+/// either), the bindings declared `var<storage, read>`.
+pub(crate) fn bindings_read(source: &str, entry: &str) -> u64 {
+    let analysed = naga::front::wgsl::parse_str(source).ok().and_then(|module| {
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .ok()?;
+        let index = module.entry_points.iter().position(|e| e.name == entry)?;
+        let uses = info.get_entry_point(index);
+        let mut mask = 0u64;
+        for (handle, var) in module.global_variables.iter() {
+            let Some(binding) = &var.binding else { continue };
+            let storage = matches!(var.space, naga::AddressSpace::Storage { .. });
+            if storage
+                && binding.group == 0
+                && binding.binding < 64
+                && uses[handle].contains(naga::valid::GlobalUse::READ)
+            {
+                mask |= 1 << binding.binding;
+            }
+        }
+        Some(mask)
+    });
+    analysed.unwrap_or_else(|| read_only_bindings(source))
+}
+
+/// The storage bindings of group 0 that a WGSL source declares read-only
+/// (`var<storage, read>` or `var<storage>`), as a bit mask (bit `n` for `@binding(n)`).
+pub(crate) fn read_only_bindings(source: &str) -> u64 {
+    let mut mask = 0u64;
+    for (_, rest) in source.match_indices("@binding(").map(|(i, _)| source.split_at(i + "@binding(".len())) {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(binding) = digits.parse::<u32>() else { continue };
+        let declaration: String = rest.split(';').next().unwrap_or("").chars().filter(|c| !c.is_whitespace()).collect();
+        let read_only = declaration.contains("var<storage,read>") || declaration.contains("var<storage>");
+        if read_only && binding < 64 {
+            mask |= 1 << binding;
+        }
+    }
+    mask
+}
+
 /// A storage buffer bound to a kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Storage {
