@@ -333,7 +333,10 @@ impl Engine for GpuEngine {
         if timed {
             self.profiler.resolve(&mut encoder, profiled.len());
         }
-        self.unsubmitted = Some(encoder.finish());
+        if !c.steps.is_empty() {
+            // A program of FREEs only records nothing: no submit for it.
+            self.unsubmitted = Some(encoder.finish());
+        }
         if timed {
             // The profile waits for this run's timestamps.
             self.flush();
