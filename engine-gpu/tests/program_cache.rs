@@ -120,9 +120,13 @@ fn a_profile_counts_every_dispatch_by_family_and_adds_no_submit() {
         ProfileSupport::Untimed(_) => false,
         ProfileSupport::Unsupported => panic!("the GPU engine profiles"),
     };
+    // A run's commands wait for whatever comes next; sync submits them, so the count below
+    // holds exactly the two profiled runs.
+    e.sync().expect("syncs");
     let before = e.counters().expect("counted");
     e.execute(&work, &[]).expect("runs");
     e.execute(&work, &[]).expect("runs");
+    e.sync().expect("syncs");
     let spent = e.counters().expect("counted").since(before);
     assert_eq!((spent.dispatches, spent.submits), (6, 2), "profiling adds no submit");
     let profile = e.take_profile();
