@@ -545,7 +545,10 @@ mod builtins {
     /// or both (same behavior as [`dict`]).
     #[cfg_attr(docsrs, doc(cfg(feature = "builtins")))]
     pub fn namespace(defaults: Option<crate::value::ValueOrKwargs>) -> Result<Value, Error> {
-        let ns = crate::value::namespace_object::Namespace::default();
+        // purebee patch: made in an Arc and recorded, so that the end of the render can
+        // empty it (`limits::NamespaceScope`: a namespace can hold itself).
+        let ns = std::sync::Arc::new(crate::value::namespace_object::Namespace::default());
+        crate::limits::track_namespace(&ns);
         if let Some(defaults) = defaults {
             let defaults = defaults.into_value();
             if let Some(pairs) = defaults
@@ -569,7 +572,7 @@ mod builtins {
                 ));
             }
         }
-        Ok(Value::from_object(ns))
+        Ok(Value::from_dyn_object(ns))
     }
 }
 

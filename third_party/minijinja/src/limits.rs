@@ -28,8 +28,60 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind};
+use crate::value::namespace_object::Namespace;
 #[cfg(feature = "fuel")]
 use crate::vm::fuel::FuelShared;
+
+// purebee patch: the namespaces made by the render in progress on this thread (see
+// `NamespaceScope`).
+thread_local! {
+    static RENDER_NAMESPACES: std::cell::RefCell<Option<Vec<std::sync::Arc<Namespace>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// purebee patch: while alive (around one `Template::render`), every namespace that
+/// `namespace()` makes on this thread is recorded, and when it drops each one is emptied.
+/// A namespace is the only value a template can change after making it, so it is the only
+/// way a template builds a reference cycle (`{% set ns.a = ns %}`), which reference
+/// counting never frees: without this, every render of such a template leaked what the
+/// cycle held (up to what its fuel let it make). Emptying the namespaces breaks every
+/// cycle; a render's result is text, so no namespace is used after it.
+pub(crate) struct NamespaceScope {
+    outer: Option<Vec<std::sync::Arc<Namespace>>>,
+}
+
+impl NamespaceScope {
+    pub(crate) fn new() -> NamespaceScope {
+        NamespaceScope {
+            outer: RENDER_NAMESPACES
+                .try_with(|current| current.replace(Some(Vec::new())))
+                .ok()
+                .flatten(),
+        }
+    }
+}
+
+impl Drop for NamespaceScope {
+    fn drop(&mut self) {
+        let outer = self.outer.take();
+        let made = RENDER_NAMESPACES
+            .try_with(|current| current.replace(outer))
+            .ok()
+            .flatten();
+        for ns in made.into_iter().flatten() {
+            ns.clear();
+        }
+    }
+}
+
+/// purebee patch: records a namespace made during a render (see [`NamespaceScope`]).
+pub(crate) fn track_namespace(ns: &std::sync::Arc<Namespace>) {
+    let _ = RENDER_NAMESPACES.try_with(|current| {
+        if let Some(made) = current.borrow_mut().as_mut() {
+            made.push(ns.clone());
+        }
+    });
+}
 
 /// The deepest nesting of values that formatting, serialization, comparison
 /// and hashing walk.  Real data is nested a few levels deep; each level costs

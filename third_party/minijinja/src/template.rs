@@ -282,6 +282,8 @@ impl<'env, 'source> Template<'env, 'source> {
     }
 
     fn _render(&self, root: Value) -> Result<String, Error> {
+        // purebee patch: the namespaces this render makes are emptied when it ends.
+        let _namespaces = crate::limits::NamespaceScope::new();
         let mut rv = String::with_capacity(self.compiled.buffer_size_hint);
         self._eval(root, &mut Output::new(&mut rv)).map(|_| rv)
     }

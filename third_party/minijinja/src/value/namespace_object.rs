@@ -29,4 +29,14 @@ impl Namespace {
     pub(crate) fn set_value(&self, key: &str, value: Value) {
         self.data.lock().unwrap().insert(key.into(), value);
     }
+
+    /// purebee patch: drops everything the namespace holds (`limits::NamespaceScope`, at the
+    /// end of a render), outside the lock: a value dropped may be another namespace.
+    pub(crate) fn clear(&self) {
+        let held = match self.data.lock() {
+            Ok(mut data) => std::mem::take(&mut *data),
+            Err(_) => return,
+        };
+        drop(held);
+    }
 }
