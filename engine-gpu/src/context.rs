@@ -4,20 +4,20 @@ use std::sync::{Arc, Mutex};
 
 use crate::GpuError;
 
-/// The variables with which a user configures Mesa's Vulkan device-select layer.
+/// The variables with which a user configures Mesa's Vulkan device selection.
 const DEVICE_SELECT_VARS: [&str; 4] =
     ["NODEVICE_SELECT", "MESA_VK_DEVICE_SELECT", "MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE", "DRI_PRIME"];
 
 /// Keeps adapter probing from opening display connections: call it first thing in `main`,
 /// before any thread starts (it sets an environment variable of this process).
 ///
-/// Mesa's Vulkan device-select layer (an implicit layer, on wherever Mesa is installed)
-/// picks a default GPU by connecting to the Wayland and X11 displays whenever the instance
+/// Mesa's Vulkan device selection (its implicit `device_select` module, loaded wherever
+/// Mesa is installed) picks a default GPU by connecting to the Wayland and X11 displays whenever the instance
 /// enables their surface extensions, which wgpu's Vulkan backend always does. Without
 /// `XDG_RUNTIME_DIR`, libwayland then prints `error: XDG_RUNTIME_DIR is invalid or not set
 /// in the environment.` on every probe; with a remote `DISPLAY`, it waits on the network. A
 /// compute engine has no surface, and [`GpuContext::new`] ranks every adapter itself (the
-/// layer only reorders them), so unless the user configures the layer (any of
+/// device selection only reorders them), so unless the user configures it (any of
 /// `NODEVICE_SELECT`, `MESA_VK_DEVICE_SELECT`, `MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE`,
 /// `DRI_PRIME` set), this turns it off for the process with its own switch,
 /// `NODEVICE_SELECT=1`. Returns whether it did.
