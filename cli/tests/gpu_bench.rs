@@ -28,13 +28,19 @@ fn ok(command: &mut Command) -> Output {
     o
 }
 
-fn bench(model: &Path, extra: &[&str]) -> (Value, String) {
+/// `bench MODEL --engine ENGINE -p 5 -n 3 -r 1 --output json EXTRA...` with `env` set: its
+/// JSON report and its stderr.
+fn bench_on(engine: &str, env: &[(&str, &str)], model: &Path, extra: &[&str]) -> (Value, String) {
     let model = model.to_str().expect("utf-8 path");
-    let mut args = vec!["bench", model, "--engine", "gpu", "-p", "5", "-n", "3", "-r", "1", "--output", "json"];
+    let mut args = vec!["bench", model, "--engine", engine, "-p", "5", "-n", "3", "-r", "1", "--output", "json"];
     args.extend_from_slice(extra);
-    let o = ok(Command::new(BIN).args(&args));
+    let o = ok(Command::new(BIN).envs(env.iter().copied()).args(&args));
     let j = serde_json::from_slice(&o.stdout).expect("one JSON object");
     (j, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn bench(model: &Path, extra: &[&str]) -> (Value, String) {
+    bench_on("gpu", &[], model, extra)
 }
 
 fn number(v: &Value, what: &str) -> f64 {
@@ -102,27 +108,10 @@ fn an_adapter_without_timestamps_profiles_dispatches_and_bytes_without_times() {
         return;
     }
     let model = tiny("tiny_b158_i2_s.gguf");
-    let model = model.to_str().expect("utf-8 path");
-    let o = ok(Command::new(BIN).env("PUREBEE_GPU_NO_TIMESTAMPS", "1").args([
-        "bench",
-        model,
-        "--engine",
-        "gpu",
-        "-p",
-        "2",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "--output",
-        "json",
-        "--profile",
-    ]));
-    let stderr = String::from_utf8_lossy(&o.stderr);
+    let (j, stderr) = bench_on("gpu", &[("PUREBEE_GPU_NO_TIMESTAMPS", "1")], &model, &["--profile"]);
     let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("--profile")).collect();
     assert_eq!(notes.len(), 1, "{stderr}");
     assert!(notes[0].contains("no timestamp queries") && notes[0].contains("no kernel times"), "{stderr}");
-    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
     assert_eq!(j["profile_timed"], false);
     assert!(number(&j["decode"]["dispatches_per_token"], "dispatches_per_token") > 0.0);
     let profile = j["decode"]["profile"].as_array().expect("a profile without times");
@@ -135,32 +124,13 @@ fn an_adapter_without_timestamps_profiles_dispatches_and_bytes_without_times() {
 #[test]
 fn the_ref_engine_has_no_counts_and_the_cpu_engine_counts_its_joins() {
     let model = tiny("tiny_b158_i2_s.gguf");
-    let model = model.to_str().expect("utf-8 path");
-    let o = ok(Command::new(BIN).args([
-        "bench",
-        model,
-        "--engine",
-        "ref",
-        "-p",
-        "2",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "--output",
-        "json",
-        "--profile",
-    ]));
-    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let (j, stderr) = bench_on("ref", &[], &model, &["--profile"]);
     assert!(j["decode"]["dispatches_per_token"].is_null(), "{j}");
     assert!(j["profile_timed"].is_null(), "{j}");
-    let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("--profile: the ref engine has no kernel profile"), "{stderr}");
     // The CPU engine counts its thread pool's joins as dispatches (none on one thread), and
     // submits nothing.
-    let o = ok(Command::new(BIN)
-        .args(["bench", model, "--engine", "cpu", "-p", "2", "-n", "2", "-r", "1", "--output", "json"]));
-    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let (j, _) = bench_on("cpu", &[], &model, &[]);
     assert!(number(&j["decode"]["dispatches_per_token"], "dispatches_per_token") >= 0.0, "{j}");
     assert_eq!(j["decode"]["submits_per_token"], 0.0, "{j}");
 }

@@ -125,3 +125,22 @@ pub fn smollm2_gguf() -> Option<PathBuf> {
         ),
     }
 }
+
+/// The token ids under `key` (`prompt_token_ids`, `llamacpp_greedy_ids`, ...) of a tiny
+/// fixture's case file `MODEL.CASE.json`.
+pub fn case_ids(model: &str, case: &str, key: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(tiny(&format!("{model}.{case}.json"))).expect("case json");
+    let j: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    j[key].as_array().expect(key).iter().map(|v| v.as_u64().expect("id") as u32).collect()
+}
+
+/// Greedy generation of `n` tokens that goes on past end-of-generation ids, as the fixtures'
+/// llama.cpp runs did.
+pub fn greedy_ignoring_eos(n: usize) -> purebee_runtime::GenerateOptions {
+    purebee_runtime::GenerateOptions {
+        max_new_tokens: n,
+        ignore_eos: true,
+        sampler: purebee_runtime::sampler::SamplerConfig { temperature: 0.0, ..Default::default() },
+        stop: None,
+    }
+}

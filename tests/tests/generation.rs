@@ -12,28 +12,13 @@ use purebee_runtime::{
     generate, generate_reusing_cache, GenerateOptions, Generator, LogitsRows, Model, ModelError, Prefill, Session,
     StopReason,
 };
-use purebee_tests::tiny;
+use purebee_tests::{case_ids as ids, greedy_ignoring_eos as greedy, tiny};
 
 fn load(model: &str, n_ctx: usize) -> (Model<RefEngine>, Session) {
     let file = GgufFile::open(tiny(&format!("{model}.gguf"))).expect("fixture opens");
     let mut model = Model::load(RefEngine::new(), &file).expect("model loads");
     let session = model.new_session(n_ctx).expect("session allocates");
     (model, session)
-}
-
-fn ids(model: &str, case: &str, key: &str) -> Vec<u32> {
-    let text = std::fs::read_to_string(tiny(&format!("{model}.{case}.json"))).expect("case json");
-    let j: serde_json::Value = serde_json::from_str(&text).expect("valid json");
-    j[key].as_array().expect(key).iter().map(|v| v.as_u64().expect("id") as u32).collect()
-}
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        ignore_eos: true,
-        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
-        stop: None,
-    }
 }
 
 #[test]

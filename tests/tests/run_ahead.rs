@@ -11,12 +11,9 @@ use purebee_engine_gpu::{GpuEngine, GpuOptions};
 use purebee_engine_ref::RefEngine;
 use purebee_isa::{DispatchCounters, Engine, ExecError, ParamValue, Program, Registry, TensorId};
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::sampler::SamplerConfig;
-use purebee_runtime::{
-    generate, generate_reusing_cache, GenerateOptions, Generator, Model, ModelError, Session, StopReason,
-};
+use purebee_runtime::{generate, generate_reusing_cache, Generator, Model, ModelError, Session, StopReason};
 use purebee_tests::differential::gpu_tests_skipped;
-use purebee_tests::tiny;
+use purebee_tests::{case_ids, greedy_ignoring_eos as greedy, tiny};
 
 const MODEL: &str = "tiny_b158_f32";
 
@@ -55,21 +52,6 @@ fn file() -> GgufFile {
     GgufFile::open(tiny(&format!("{MODEL}.gguf"))).expect("fixture opens")
 }
 
-fn ids(case: &str, key: &str) -> Vec<u32> {
-    let text = std::fs::read_to_string(tiny(&format!("{MODEL}.{case}.json"))).expect("case json");
-    let j: serde_json::Value = serde_json::from_str(&text).expect("valid json");
-    j[key].as_array().expect(key).iter().map(|v| v.as_u64().expect("id") as u32).collect()
-}
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        ignore_eos: true,
-        sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
-        stop: None,
-    }
-}
-
 fn model_and_session<E: Engine>(engine: E, n_ctx: usize) -> (Model<E>, Session) {
     let mut model = Model::load(engine, &file()).expect("model loads");
     let session = model.new_session(n_ctx).expect("session allocates");
@@ -78,8 +60,8 @@ fn model_and_session<E: Engine>(engine: E, n_ctx: usize) -> (Model<E>, Session) 
 
 #[test]
 fn running_ahead_gives_llama_cpps_greedy_ids_and_the_session_holds_what_ran() {
-    let prompt = ids("p16", "prompt_token_ids");
-    let want = ids("p16", "llamacpp_greedy_ids");
+    let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
+    let want = case_ids(MODEL, "p16", "llamacpp_greedy_ids");
     let (mut model, mut session) = model_and_session(Overlapping(RefEngine::new()), 256);
     let g = generate(&mut model, &mut session, &prompt, &greedy(want.len()), |_| false, |_| {}).expect("generates");
     assert_eq!(g.generated, want);
@@ -101,7 +83,7 @@ fn running_ahead_gives_llama_cpps_greedy_ids_and_the_session_holds_what_ran() {
 
 #[test]
 fn running_ahead_stops_at_the_end_of_the_context_as_the_plain_loop_does() {
-    let prompt = ids("p16", "prompt_token_ids");
+    let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
     let n_ctx = prompt.len() + 3;
     let ahead = {
         let (mut model, mut session) = model_and_session(Overlapping(RefEngine::new()), n_ctx);
@@ -117,7 +99,7 @@ fn running_ahead_stops_at_the_end_of_the_context_as_the_plain_loop_does() {
 
 #[test]
 fn a_token_on_the_engine_is_only_run_right_after_the_decode_step_that_made_it() {
-    let prompt = ids("p16", "prompt_token_ids");
+    let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
     let (mut model, mut session) = model_and_session(RefEngine::new(), 64);
     // Nothing has run: no token waits on the engine.
     assert!(matches!(model.submit_greedy(&mut session, None, 0), Err(ModelError::NoTokenOnEngine { pos: 0, .. })));
@@ -131,7 +113,7 @@ fn a_token_on_the_engine_is_only_run_right_after_the_decode_step_that_made_it() 
     let b = model.submit_greedy(&mut session, None, p + 1).expect("runs the engine's token");
     let second = model.receive_greedy(&mut session, a).expect("token");
     let third = model.receive_greedy(&mut session, b).expect("token");
-    let want = ids("p16", "llamacpp_greedy_ids");
+    let want = case_ids(MODEL, "p16", "llamacpp_greedy_ids");
     assert_eq!([first, second, third], want[..3]);
     let held: Vec<u32> = prompt.iter().chain(&want[..2]).copied().collect();
     assert_eq!(session.cached_ids(), &held[..]);
@@ -144,8 +126,8 @@ fn on_the_gpu_a_decode_step_runs_ahead_in_one_submit() {
     }
     let gpu = GpuEngine::new(&GpuOptions::default()).expect("GPU tests need a wgpu adapter");
     assert!(gpu.reads_overlap());
-    let prompt = ids("p16", "prompt_token_ids");
-    let want = ids("p16", "llamacpp_greedy_ids");
+    let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
+    let want = case_ids(MODEL, "p16", "llamacpp_greedy_ids");
     let (mut model, mut session) = model_and_session(gpu, 256);
     let mut generator = Generator::new(&session, &prompt, greedy(0).sampler).expect("starts");
     let mut got = vec![generator.step(&mut model, &mut session).expect("prefill").expect("first token")];

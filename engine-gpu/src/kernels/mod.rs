@@ -83,7 +83,8 @@ pub(crate) enum Shader {
     BitlinearMultiSubgroup,
     /// `rope_kv.wgsl` after `rope_math.wgsl` (fused ROPE q, k + KV_WRITE k, v).
     RopeKv,
-    /// `norm_quant.wgsl` (fused RMS_NORM + BITLINEAR quantization), portable reductions.
+    /// `norm_quant.wgsl` after `rms_norm.wgsl` (fused RMS_NORM + BITLINEAR quantization),
+    /// portable reductions.
     NormQuant,
     /// `norm_quant.wgsl`, subgroup reductions.
     NormQuantSubgroup,
@@ -200,11 +201,13 @@ impl Shader {
             Shader::NormQuant => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_norm.wgsl"),
                 include_str!("norm_quant.wgsl")
             ),
             Shader::NormQuantSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_norm.wgsl"),
                 include_str!("norm_quant.wgsl")
             ),
             Shader::Rope => concat!(include_str!("rope_math.wgsl"), include_str!("rope.wgsl")),

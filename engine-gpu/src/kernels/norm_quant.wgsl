@@ -3,9 +3,9 @@
 //
 //     RMS_NORM(h, x, w, eps) ; BITLINEAR(·, h, ·) ...
 //
-// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
-// act_quant.wgsl (abs_bits, act_scale_bits, quantize1). The float arithmetic is that of
-// rms_norm.wgsl, operation for operation, with the same workgroup size (the dispatcher takes
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), act_quant.wgsl
+// (abs_bits, act_scale_bits, quantize1) and rms_norm.wgsl (its bindings, WG and inv_rms).
+// The float arithmetic is that of rms_norm.wgsl, operation for operation, with the same workgroup size (the dispatcher takes
 // rms_norm's), so every h_i = x_i · inv · w_i is bit-identical to the unfused RMS_NORM's
 // output; the quantization is bitlinear.wgsl's `quantize` applied to those values (the
 // absolute maximum is an exact integer maximum, whatever the workgroup size). The normed
@@ -17,29 +17,12 @@
 // and writes only its own four elements, and nothing is read after it, so the in-place entry
 // point (h == x) is safe.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    _pad: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> weight: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-// Scratch: int8 activations [rows, cols / 4] words, and s [rows] (ScratchKey::Bitlinear*).
+// Params, x, weight, out, WG and inv_rms are rms_norm.wgsl's (concatenated before this file).
 @group(0) @binding(5) var<storage, read_write> acts: array<u32>;
 @group(0) @binding(6) var<storage, read_write> act_scales: array<f32>;
 
-// Threads per workgroup, a power of two (rms_norm's choice for the row length).
-override WG: u32 = 256u;
 // 1 when the normed row must be written to `out`.
 override WRITE_OUT: u32 = 1u;
-
-fn inv_rms(sum_sq: f32) -> f32 {
-    return inverseSqrt(sum_sq / f32(p.cols) + p.eps);
-}
 
 // Element i of the row source: `out` in place (h == x), else `x`. (The in-place entry point
 // binds a read-only stand-in at binding 1, unread.)
