@@ -1,5 +1,6 @@
 //! x86_64 AVX-512 kernels with VNNI for [`SimdLevel::Avx512Vnni`]: BITLINEAR's integer
-//! core on 64-byte registers. `vpdpbusd` multiplies u8 codes by i8 activations and adds
+//! core with VNNI (the prefill tiles on 64-byte registers, the decode rows on 32-byte ones:
+//! see [`chunk_dot`]). `vpdpbusd` multiplies u8 codes by i8 activations and adds
 //! each group of four products into an i32 lane in one instruction, where AVX2 needs
 //! `vpmaddubsw` (into i16), an add, and a widening `vpmaddwd` every few steps. The sums
 //! are exact as on every level: a lane gains at most 4 · 3 · 128 = 1 536 per step, and a
@@ -23,69 +24,82 @@ use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
 /// measured on an AVX-512 machine yet).
 const PREFETCH: usize = 2048;
 
-/// The shifts that bring runs `shifts[lo]` and `shifts[lo + 1]` of a chunk broadcast to
-/// both halves of a register down to bits 1..0: the low half's 16-bit lanes by the first,
-/// the high half's by the second.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn half_shifts(shifts: &[u32; 4], lo: usize) -> __m512i {
-    let (a, b) = (shifts[lo] as i16, shifts[lo + 1] as i16);
-    _mm512_inserti64x4::<1>(_mm512_set1_epi16(a), _mm256_set1_epi16(b))
+/// Four i32 accumulators of 8 lanes, one per run of a chunk: four independent
+/// `vpdpbusd` chains (each waits on the previous one into its register, 4 cycles on Zen 4).
+type Runs = [__m256i; 4];
+
+/// Adds one 32-byte chunk of 2-bit codes `v` (run g at bits `shifts[g]`) against its 128
+/// activations at `qp` to `acc`. The decode kernels work on 32-byte registers: the 64-byte
+/// form (a chunk broadcast to both halves, two runs per instruction) was faster in cache
+/// but slower from memory on Zen 4 (I2_S rows: 12.7 against 15.7 GB/s on one thread, and
+/// 22–23 against 25–26 tokens/s for the 2B decode).
+///
+/// # Safety
+/// `qp` must point at 128 readable activations.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn chunk_dot(acc: Runs, v: __m256i, qp: *const i8, shifts: &[__m128i; 4]) -> Runs {
+    let mask = _mm256_set1_epi8(3);
+    let mut acc = acc;
+    for g in 0..4 {
+        // SAFETY: run g is activations 32g..32g+32 of the 128 at `qp` (the caller's promise).
+        let qv = unsafe { _mm256_loadu_si256(qp.add(32 * g).cast()) };
+        let codes = _mm256_and_si256(_mm256_srl_epi16(v, shifts[g]), mask);
+        acc[g] = _mm256_dpbusd_epi32(acc[g], codes, qv);
+    }
+    acc
+}
+
+/// The sum of all lanes of the four accumulators.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn sum_runs(acc: Runs) -> i32 {
+    let s = _mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_add_epi32(acc[2], acc[3]));
+    _mm512_reduce_add_epi32(_mm512_zextsi256_si512(s))
+}
+
+/// `shifts` as shift-count registers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn shift_counts(shifts: &[u32; 4]) -> [__m128i; 4] {
+    shifts.map(|s| _mm_cvtsi32_si128(s as i32))
 }
 
 /// `Σ c·q` of consecutive 32-byte chunks of 2-bit codes against `q` (see
 /// `ternary::packed_dot`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     let n = (chunks.len() / 32).min(q.len() / CHUNK_ELEMS);
-    let (s01, s23) = (half_shifts(shifts, 0), half_shifts(shifts, 2));
-    let mask = _mm512_set1_epi8(3);
-    // Two accumulators: consecutive `vpdpbusd` into one register would wait on each other.
-    let (mut acc01, mut acc23) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    let sh = shift_counts(shifts);
+    let mut acc = [_mm256_setzero_si256(); 4];
     for c in 0..n {
         _mm_prefetch::<_MM_HINT_T0>(chunks.as_ptr().wrapping_add(32 * c + PREFETCH).cast());
         // SAFETY: chunk c is bytes 32c..32c+32 of `chunks`, its activations 128c..128c+128
         // of `q`; c < n keeps both inside their slices. Unaligned loads.
-        let (v, q01, q23) = unsafe {
-            let qp = q.as_ptr().add(CHUNK_ELEMS * c);
-            (
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(chunks.as_ptr().add(32 * c).cast())),
-                _mm512_loadu_si512(qp.cast()),
-                _mm512_loadu_si512(qp.add(64).cast()),
-            )
+        acc = unsafe {
+            let v = _mm256_loadu_si256(chunks.as_ptr().add(32 * c).cast());
+            chunk_dot(acc, v, q.as_ptr().add(CHUNK_ELEMS * c), &sh)
         };
-        // The chunk in both halves, shifted per half: runs 0 and 1, then runs 2 and 3,
-        // which are the chunk's activations in order.
-        acc01 = _mm512_dpbusd_epi32(acc01, _mm512_and_si512(_mm512_srlv_epi16(v, s01), mask), q01);
-        acc23 = _mm512_dpbusd_epi32(acc23, _mm512_and_si512(_mm512_srlv_epi16(v, s23), mask), q23);
     }
-    _mm512_reduce_add_epi32(_mm512_add_epi32(acc01, acc23))
+    sum_runs(acc)
 }
 
 /// One TQ2_0 row's `Σ_b d_b · (Σ_{i∈b} c_i·q_i − qsums[b])`, bit for bit as
 /// `ternary::tq2_0_row_sum` specifies.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     let n = qsums.len();
     assert!(row.len() >= 66 * n && q.len() >= 256 * n, "tq2_0_row_sum: short row");
-    let (s01, s23) = (half_shifts(&TQ2_0_SHIFTS, 0), half_shifts(&TQ2_0_SHIFTS, 2));
-    let mask = _mm512_set1_epi8(3);
-    // Adds block b's products to `acc` (16 lanes, not yet added together).
-    let block = |acc: __m512i, b: usize| {
+    let sh = shift_counts(&TQ2_0_SHIFTS);
+    // Adds block b's products to `acc`.
+    let block = |acc: Runs, b: usize| {
         _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(66 * b + PREFETCH).cast());
         let mut acc = acc;
         for c in 0..2 {
             // SAFETY: chunk c of block b is bytes 66b + 32c .. + 32 of `row` and its
             // activations 256b + 128c .. + 128 of `q` (both asserted above, b < n).
-            let (v, q01, q23) = unsafe {
-                let qp = q.as_ptr().add(256 * b + CHUNK_ELEMS * c);
-                (
-                    _mm512_broadcast_i64x4(_mm256_loadu_si256(row.as_ptr().add(66 * b + 32 * c).cast())),
-                    _mm512_loadu_si512(qp.cast()),
-                    _mm512_loadu_si512(qp.add(64).cast()),
-                )
+            acc = unsafe {
+                let v = _mm256_loadu_si256(row.as_ptr().add(66 * b + 32 * c).cast());
+                chunk_dot(acc, v, q.as_ptr().add(256 * b + CHUNK_ELEMS * c), &sh)
             };
-            acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srlv_epi16(v, s01), mask), q01);
-            acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srlv_epi16(v, s23), mask), q23);
         }
         acc
     };
@@ -94,12 +108,12 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     // every block did (one integer total, one product), checked on the way.
     if n > 0 && d_bits(0) == d_bits(n - 1) {
         let d0 = d_bits(0);
-        let (mut acc, mut differ) = (_mm512_setzero_si512(), 0);
+        let (mut acc, mut differ) = ([_mm256_setzero_si256(); 4], 0);
         for b in 0..n {
             acc = block(acc, b);
             differ |= d_bits(b) ^ d0;
         }
-        let total = _mm512_reduce_add_epi32(acc) as i64 - qsums.iter().map(|&v| v as i64).sum::<i64>();
+        let total = sum_runs(acc) as i64 - qsums.iter().map(|&v| v as i64).sum::<i64>();
         if let Some(d) = ternary::shared_scale(d0, n).filter(|_| differ == 0 && total != 0) {
             return d * total as f64;
         }
@@ -107,14 +121,14 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     // The long way: the reference's products, added in block order.
     let mut y: f64 = std::iter::empty::<f64>().sum();
     for (b, &qsum) in qsums.iter().enumerate() {
-        let raw = _mm512_reduce_add_epi32(block(_mm512_setzero_si512(), b));
+        let raw = sum_runs(block([_mm256_setzero_si256(); 4], b));
         y += super::linear::f16_to_f32(d_bits(b)) as f64 * (raw - qsum) as f64;
     }
     y
 }
 
 /// `Σ c·q` of codes stored one per byte (see `ternary::codes_dot`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn codes_dot(codes: &[u8], q: &[i8]) -> i32 {
     let n = codes.len().min(q.len());
     let mut acc = _mm512_setzero_si512();
@@ -136,7 +150,7 @@ pub(super) fn codes_dot(codes: &[u8], q: &[i8]) -> i32 {
 }
 
 /// See `ternary::tiles_2x4`, which checked the slices' lengths and the alignments.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tiles_2x4(pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>, groups: usize) {
     ternary::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| {
         tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, s)
@@ -145,7 +159,7 @@ pub(super) fn tiles_2x4(pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: u
 
 /// One 2-row × 4-token tile of [`tiles_2x4`]: eight i32 accumulators of 16 lanes, each
 /// code and activation load shared by four or two `vpdpbusd`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 fn tile_2x4(
     c: [&[u8]; 2],

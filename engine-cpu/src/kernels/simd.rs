@@ -121,6 +121,7 @@ fn avx2_supported() -> bool {
 fn avx512_vnni_supported() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
 }
 
