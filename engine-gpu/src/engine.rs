@@ -26,7 +26,10 @@ const MAX_READS_IN_FLIGHT: usize = 8;
 /// copies into it, and the result of mapping it.
 struct InFlightRead {
     ticket: u64,
+    /// Reused from earlier reads, so possibly larger than this read: only its first
+    /// `copied` bytes are copied and mapped.
     staging: wgpu::Buffer,
+    copied: u64,
     len: usize,
     submission: wgpu::SubmissionIndex,
     mapped: mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>,
@@ -442,7 +445,8 @@ impl Engine for GpuEngine {
         });
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        self.reads_in_flight.push_back(InFlightRead { ticket, staging, len, submission, mapped });
+        let copied = src.size();
+        self.reads_in_flight.push_back(InFlightRead { ticket, staging, copied, len, submission, mapped });
         while self.reads_in_flight.len() > MAX_READS_IN_FLIGHT {
             self.reads_in_flight.pop_front();
         }
@@ -467,7 +471,7 @@ impl Engine for GpuEngine {
             .map_err(|e| GpuError::Wgpu(e.to_string()))?
             .map_err(|e| GpuError::Wgpu(format!("mapping a read for the host: {e}")))?;
         let mut bytes = {
-            let view = read.staging.get_mapped_range(..).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+            let view = read.staging.get_mapped_range(..read.copied).map_err(|e| GpuError::Wgpu(e.to_string()))?;
             view.to_vec()
         };
         read.staging.unmap();
@@ -480,6 +484,10 @@ impl Engine for GpuEngine {
 
     fn reads_overlap(&self) -> bool {
         true
+    }
+
+    fn top_k_limit(&self) -> Option<u32> {
+        Some(crate::kernels::top_k::MAX_K)
     }
 
     fn counters(&self) -> Option<DispatchCounters> {

@@ -331,6 +331,7 @@ fn killed(i: &Instruction) -> Option<TensorId> {
         Instruction::Rope(o) => Some(o.out),
         Instruction::Attention(o) => Some(o.out),
         Instruction::Argmax(o) => Some(o.out),
+        Instruction::TopK(_) => None, // two outputs: claiming neither keeps every store
     }
 }
 

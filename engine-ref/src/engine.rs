@@ -45,6 +45,7 @@ impl RefEngine {
             Instruction::KvWrite(k) => ops::kv_write::run(reg, k, program.resolve_u32(k.pos, params)?),
             Instruction::Attention(a) => ops::attention::run(reg, a, program.resolve_u32(a.pos, params)?),
             Instruction::Argmax(a) => ops::argmax::run(reg, a),
+            Instruction::TopK(t) => ops::top_k::run(reg, t),
         }
     }
 }

@@ -572,6 +572,47 @@ fn argmax_takes_the_lowest_index_of_the_maximum_and_skips_nan() {
 }
 
 #[test]
+fn top_k_ranks_numbers_first_larger_first_ties_by_index_and_agrees_with_argmax() {
+    let mut e = RefEngine::new();
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let rows: Vec<f32> = [
+        [1.0, 3.0, 3.0, nan, -1.0],   // ties by index: 1, 2, then 0, 4, NaN last
+        [nan, -inf, nan, -inf, 0.5],  // -inf is a number; two NaNs fill the tail in index order
+        [nan, nan, nan, nan, nan],    // all NaN: index order
+        [-0.0, 0.0, -0.0, inf, -inf], // -0 == +0: by index
+    ]
+    .concat();
+    let x = f32_weight(&mut e, "x", &[4, 5], rows.clone());
+    let mut rng = Rng(11);
+    let long: Vec<f32> = rng.vec(257).iter().map(|v| (v * 8.0).round()).collect(); // many ties
+    let x2 = f32_weight(&mut e, "x2", &[257], long.clone());
+    let mut b = ProgramBuilder::new("p", e.memory_mut());
+    let values = b.alloc("values", DType::F32, &[4, 5]).expect("declare");
+    let ids = b.alloc("ids", DType::U32, &[4, 5]).expect("declare");
+    b.top_k(values, ids, x, 5).expect("valid");
+    let (v1, i1) = (b.alloc("v1", DType::F32, &[4, 1]).expect("d"), b.alloc("i1", DType::U32, &[4, 1]).expect("d"));
+    b.top_k(v1, i1, x, 1).expect("valid");
+    let am = b.alloc("am", DType::U32, &[4]).expect("declare");
+    b.argmax(am, x).expect("valid");
+    let (v2, i2) = (b.alloc("v2", DType::F32, &[40]).expect("d"), b.alloc("i2", DType::U32, &[40]).expect("d"));
+    b.top_k(v2, i2, x2, 40).expect("valid");
+    let p = b.finish();
+    e.execute(&p, &[]).expect("runs");
+    let got = e.read_u32(ids).expect("live");
+    assert_eq!(got, vec![1, 2, 0, 4, 3, 4, 1, 3, 0, 2, 0, 1, 2, 3, 4, 3, 0, 1, 2, 4]);
+    let got_values = e.read_f32(values).expect("live");
+    for (j, (&v, &i)) in got_values.iter().zip(&got).enumerate() {
+        assert_eq!(v.to_bits(), rows[(j / 5) * 5 + i as usize].to_bits(), "values[{j}] is x at ids[{j}]");
+    }
+    assert_eq!(e.read_u32(i1).expect("live"), e.read_u32(am).expect("live"), "k = 1 is ARGMAX");
+    // The first 40 of a stable sort by value, descending.
+    let mut order: Vec<usize> = (0..257).collect();
+    order.sort_by(|&a, &b| long[b].partial_cmp(&long[a]).expect("no NaN"));
+    let want: Vec<u32> = order[..40].iter().map(|&i| i as u32).collect();
+    assert_eq!(e.read_u32(i2).expect("live"), want);
+}
+
+#[test]
 fn a_program_runs_many_times_with_new_parameters() {
     let mut e = RefEngine::new();
     let mut b = ProgramBuilder::new("p", e.memory_mut());

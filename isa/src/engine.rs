@@ -133,6 +133,12 @@ pub trait Engine {
         false
     }
 
+    /// The largest `k` this engine's TOP_K takes, where it has a limit (the GPU engine: 256);
+    /// a program with a larger one fails when it runs. `None`: any `k` the ISA allows.
+    fn top_k_limit(&self) -> Option<u32> {
+        None
+    }
+
     /// The work this engine has handed to its device since it was created, for an engine
     /// that dispatches kernels (a GPU engine) or jobs to a thread pool (the CPU engine counts
     /// each join as a dispatch, with no submits); `None` for one that runs instructions in
@@ -212,6 +218,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn reads_overlap(&self) -> bool {
         (**self).reads_overlap()
+    }
+    fn top_k_limit(&self) -> Option<u32> {
+        (**self).top_k_limit()
     }
     fn counters(&self) -> Option<DispatchCounters> {
         (**self).counters()

@@ -68,6 +68,18 @@ pub enum IsaError {
         /// What is wrong.
         reason: String,
     },
+    /// A constant field of an instruction outside its range (TOP_K's `k`).
+    #[error("{op}: field {field} = {value} is invalid: {expected}")]
+    Field {
+        /// The instruction.
+        op: &'static str,
+        /// The field's name.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        expected: String,
+    },
     /// A parameter used as the wrong type, declared twice, or not of this program.
     #[error("{op}: parameter {reason}")]
     Param {

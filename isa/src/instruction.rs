@@ -49,6 +49,8 @@ pub enum Instruction {
     Attention(Attention),
     /// ARGMAX: see [`Argmax`].
     Argmax(Argmax),
+    /// TOP_K: see [`TopK`].
+    TopK(TopK),
 }
 
 impl Instruction {
@@ -73,10 +75,12 @@ impl Instruction {
             Instruction::KvWrite(_) => "KV_WRITE",
             Instruction::Attention(_) => "ATTENTION",
             Instruction::Argmax(_) => "ARGMAX",
+            Instruction::TopK(_) => "TOP_K",
         }
     }
 
-    /// Every tensor the instruction touches (inputs and outputs).
+    /// Every tensor the instruction touches: the outputs first (TOP_K has two), then the
+    /// inputs.
     pub fn operands(&self) -> Vec<TensorId> {
         match self {
             Instruction::GridAlloc(i) => vec![i.tensor],
@@ -94,6 +98,7 @@ impl Instruction {
             Instruction::KvWrite(i) => vec![i.cache, i.src],
             Instruction::Attention(i) => vec![i.out, i.q, i.k_cache, i.v_cache],
             Instruction::Argmax(i) => vec![i.out, i.x],
+            Instruction::TopK(i) => vec![i.values, i.ids, i.x],
         }
     }
 
@@ -114,6 +119,7 @@ impl Instruction {
             Instruction::KvWrite(i) => i.validate(c),
             Instruction::Attention(i) => i.validate(c),
             Instruction::Argmax(i) => i.validate(c),
+            Instruction::TopK(i) => i.validate(c),
         }
     }
 }

@@ -290,4 +290,8 @@ impl<'r> ProgramBuilder<'r> {
     pub fn argmax(&mut self, out: TensorId, x: TensorId) -> Result<(), IsaError> {
         self.push(Instruction::Argmax(Argmax { out, x }))
     }
+    /// TOP_K.
+    pub fn top_k(&mut self, values: TensorId, ids: TensorId, x: TensorId, k: u32) -> Result<(), IsaError> {
+        self.push(Instruction::TopK(TopK { values, ids, x, k }))
+    }
 }

@@ -82,6 +82,12 @@ impl<'a> Checker<'a> {
         IsaError::Invalid { op: self.op, reason: reason.into() }
     }
 
+    /// An error for constant field `field` holding `value`, `expected` describing what is
+    /// allowed.
+    pub fn field(&self, field: &'static str, value: impl ToString, expected: impl Into<String>) -> IsaError {
+        IsaError::Field { op: self.op, field, value: value.to_string(), expected: expected.into() }
+    }
+
     /// Fails unless a u32 argument is a constant or a u32 parameter of this program.
     pub fn u32_arg(&self, arg: U32Arg) -> Result<(), IsaError> {
         match arg {

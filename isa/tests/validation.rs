@@ -122,3 +122,32 @@ fn run_time_values_must_match_the_declared_parameters() {
     assert_eq!(p.resolve_u32(pos, &[ParamValue::U32(7)]), Ok(7));
     assert_eq!(p.param("pos").map(|p| p.index()), Some(0));
 }
+
+#[test]
+fn top_k_checks_k_its_output_shapes_and_aliasing() {
+    let mut reg = registry();
+    let mut b = ProgramBuilder::new("t", &mut reg);
+    let x = b.alloc("x", DType::F32, &[3, 10]).expect("declare");
+    let values = b.alloc("values", DType::F32, &[3, 4]).expect("declare");
+    let ids = b.alloc("ids", DType::U32, &[3, 4]).expect("declare");
+    b.top_k(values, ids, x, 4).expect("a valid TOP_K");
+    for k in [0, 11] {
+        match b.top_k(values, ids, x, k) {
+            Err(IsaError::Field { op: "TOP_K", field: "k", value, .. }) => assert_eq!(value, k.to_string()),
+            other => panic!("k = {k}: expected a field error, got {other:?}"),
+        }
+    }
+    // k must match the outputs' columns, and both outputs need one row per row of x.
+    assert!(matches!(b.top_k(values, ids, x, 3), Err(IsaError::Shape { op: "TOP_K", operand: "values", .. })));
+    let short_ids = b.alloc("short_ids", DType::U32, &[2, 4]).expect("declare");
+    assert!(matches!(b.top_k(values, short_ids, x, 4), Err(IsaError::Shape { op: "TOP_K", operand: "ids", .. })));
+    assert!(matches!(b.top_k(values, values, x, 4), Err(IsaError::DType { op: "TOP_K", operand: "ids", .. })));
+    let wide = b.alloc("wide", DType::F32, &[3, 10]).expect("declare");
+    let wide_ids = b.alloc("wide_ids", DType::U32, &[3, 10]).expect("declare");
+    assert_eq!(b.top_k(x, wide_ids, x, 10), Err(IsaError::Alias { op: "TOP_K", tensor: "x".into() }));
+    b.top_k(wide, wide_ids, x, 10).expect("k = m keeps the whole row, sorted");
+    // One row as a vector.
+    let v = b.alloc("v", DType::F32, &[7]).expect("declare");
+    let (vv, vi) = (b.alloc("vv", DType::F32, &[2]).expect("declare"), b.alloc("vi", DType::U32, &[1, 2]).expect("d"));
+    b.top_k(vv, vi, v, 2).expect("a vector is one row");
+}

@@ -110,6 +110,8 @@ pub struct Generator {
     /// The last sampled token's step, already queued from the engine's copy of it (greedy
     /// decoding that runs ahead).
     ahead: Option<PendingToken>,
+    /// Read whole logits rows even when TOP_K's candidates would do.
+    full_rows: bool,
 }
 
 impl Generator {
@@ -143,12 +145,22 @@ impl Generator {
             prefilled: reused,
             last: None,
             ahead: None,
+            full_rows: false,
         })
     }
 
     /// How the prompt is prefilled.
     pub fn prefill(mut self, prefill: Prefill) -> Generator {
         self.prefill = prefill;
+        self
+    }
+
+    /// Reads every sampled step's whole row of logits back, as the sampler would need for a
+    /// feature that looks past its candidates; by default a sampled step reads only the
+    /// TOP_K candidates that decide its token ([`SamplerConfig::candidates`]). The tokens are
+    /// the same either way.
+    pub fn full_rows(mut self, full: bool) -> Generator {
+        self.full_rows = full;
         self
     }
 
@@ -210,6 +222,9 @@ impl Generator {
         };
         let token = if self.sampler.config().is_plain_greedy() {
             model.forward_greedy(session, ids, pos)?
+        } else if let Some(k) = self.candidates(model) {
+            let (logits, candidates) = model.forward_top_k(session, ids, pos, k)?;
+            self.sampler.sample_candidates(&logits, &candidates)
         } else {
             let logits = model.forward(session, ids, pos, LogitsRows::Last)?;
             self.sampler.sample(&logits)
@@ -219,6 +234,18 @@ impl Generator {
         self.sampler.accept(token);
         self.last = Some((token, next_pos));
         Ok(Some(token))
+    }
+
+    /// How many of the largest logits to read back instead of the whole row
+    /// ([`SamplerConfig::candidates`]), when the engine's TOP_K takes that many and
+    /// [`Generator::full_rows`] was not asked for.
+    fn candidates<E: Engine>(&self, model: &Model<E>) -> Option<usize> {
+        if self.full_rows {
+            return None;
+        }
+        let k = self.sampler.config().candidates(model.config().n_vocab)?;
+        let limit = model.engine().top_k_limit().map_or(usize::MAX, |l| l as usize);
+        (k <= limit).then_some(k)
     }
 
     /// A greedy decode step that runs ahead (see the type's documentation): `token` is to run

@@ -39,6 +39,22 @@ struct Forward {
     live: bool,
 }
 
+/// TOP_K over the logits of one forward program: the candidates a sampler needs
+/// ([`Model::forward_top_k`]). A session keeps at most one of these allocated at a time.
+struct Candidates {
+    /// Allocates `values` and `ids`.
+    setup: Program,
+    /// TOP_K of the forward's logits.
+    pass: Program,
+    /// Frees `values` and `ids`.
+    teardown: Program,
+    /// F32 `[1, k]`.
+    values: TensorId,
+    /// U32 `[1, k]`.
+    ids: TensorId,
+    live: bool,
+}
+
 /// How the forward pass feeds activations to block-quantized (Q4_0, Q4_1, Q8_0) weights.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum QuantizedActivations {
@@ -81,6 +97,8 @@ pub struct Session {
     /// The model's training context (for messages).
     n_ctx_train: usize,
     forwards: HashMap<(usize, LogitsRows), Forward>,
+    /// TOP_K programs by forward and `k` (at most one allocated).
+    candidates: HashMap<((usize, LogitsRows), usize), Candidates>,
     /// The ids at KV positions `0..ids.len()`.
     ids: Vec<u32>,
     /// The position whose id the decode pass left on the engine (its greedy token), after a
@@ -205,6 +223,7 @@ impl<E: Engine> Model<E> {
             n_ctx,
             n_ctx_train: self.config.n_ctx_train,
             forwards: HashMap::new(),
+            candidates: HashMap::new(),
             ids: Vec::new(),
             token_on_engine: None,
             awaiting: None,
@@ -219,6 +238,10 @@ impl<E: Engine> Model<E> {
             for &t in &f.io.tensors {
                 b.free(t)?;
             }
+        }
+        for c in session.candidates.values().filter(|c| c.live) {
+            b.free(c.values)?;
+            b.free(c.ids)?;
         }
         for &t in session.kv.k.iter().chain(&session.kv.v) {
             b.free(t)?;
@@ -250,6 +273,69 @@ impl<E: Engine> Model<E> {
         let id = self.engine.read_u32(io.argmax)?.first().copied().unwrap_or(0);
         self.release_prefill(session, key)?;
         Ok(id)
+    }
+
+    /// Runs `tokens` at positions `pos..` of `session` and returns the `k` largest logits of
+    /// the last position with their token ids, in the ISA's TOP_K rank order (larger first,
+    /// ties by lower id, NaN last), reading back `8·k` bytes instead of the whole row.
+    /// `k` is capped at the vocabulary (and must be at least 1); an engine with a smaller
+    /// [`Engine::top_k_limit`] fails the run. Returns `(logits, ids)`.
+    pub fn forward_top_k(
+        &mut self,
+        session: &mut Session,
+        tokens: &[u32],
+        pos: usize,
+        k: usize,
+    ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+        let k = k.clamp(1, self.config.n_vocab);
+        let (key, io) = self.run(session, Input::Host(tokens), pos, LogitsRows::Last)?;
+        let c = match session.candidates.remove(&(key, k)) {
+            Some(c) => c,
+            None => self.build_candidates(session, key, io.logits, k)?,
+        };
+        // At most one TOP_K's outputs stay allocated.
+        for other in session.candidates.values_mut().filter(|o| o.live) {
+            self.engine.execute(&other.teardown, &[])?;
+            other.live = false;
+        }
+        let c = session.candidates.entry((key, k)).or_insert(c);
+        if !c.live {
+            self.engine.execute(&c.setup, &[])?;
+            c.live = true;
+        }
+        self.engine.execute(&c.pass, &[])?;
+        let (values, ids) = (self.engine.read_later(c.values)?, self.engine.read_later(c.ids)?);
+        let (values, ids) = (self.engine.finish_read(values)?, self.engine.finish_read(ids)?);
+        self.release_prefill(session, key)?;
+        let words = |b: Vec<u8>| b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect::<Vec<_>>();
+        Ok((
+            words(values).into_iter().map(f32::from_le_bytes).collect(),
+            words(ids).into_iter().map(u32::from_le_bytes).collect(),
+        ))
+    }
+
+    fn build_candidates(
+        &mut self,
+        session: &Session,
+        key: (usize, LogitsRows),
+        logits: TensorId,
+        k: usize,
+    ) -> Result<Candidates, ModelError> {
+        let prefix = format!("{}.fwd{}.last.top{k}", session.name, key.0);
+        let mut b = ProgramBuilder::new(&prefix, self.engine.memory_mut());
+        let values = b.declare(&format!("{prefix}.values"), DType::F32, &[1, k])?;
+        let ids = b.declare(&format!("{prefix}.ids"), DType::U32, &[1, k])?;
+        b.top_k(values, ids, logits, k as u32)?;
+        let pass = b.finish();
+        let mut b = ProgramBuilder::new(&format!("{prefix}.setup"), self.engine.memory_mut());
+        b.grid_alloc(values)?;
+        b.grid_alloc(ids)?;
+        let setup = b.finish();
+        let mut b = ProgramBuilder::new(&format!("{prefix}.teardown"), self.engine.memory_mut());
+        b.free(values)?;
+        b.free(ids)?;
+        let teardown = b.finish();
+        Ok(Candidates { setup, pass, teardown, values, ids, live: false })
     }
 
     /// Runs one token at `pos` of `session` and starts reading its greedy next token back

@@ -4,7 +4,20 @@
 //! The chain follows llama.cpp's default order: penalties (repeat, frequency, presence) →
 //! top-k → top-p → min-p → temperature → draw. Greedy (temperature 0) applies the
 //! penalties, then takes the lowest id among the largest logits.
+//!
+//! Logits are ranked by value, larger first, equal values (`−0 == +0`) by lower id, NaN
+//! never: the rank order of the ISA's TOP_K and ARGMAX. So when no penalty can raise a logit
+//! (repeat ≥ 1, frequency ≥ 0, presence ≥ 0), the draw needs only the row's
+//! `top_k + repeat_last_n` largest logits ([`SamplerConfig::candidates`],
+//! [`Sampler::sample_candidates`]): a penalty lowers at most `repeat_last_n` distinct
+//! logits, and lowering a logit never lifts another one into the top `top_k`. Proof: a token
+//! outside the `K ≥ top_k + |P|` largest (`P` the penalised tokens) has at least
+//! `K − |P| ≥ top_k` unpenalised tokens ranked above it before the penalties, and they stay
+//! above it after them (their logits are unchanged, its own can only fall); so the top
+//! `top_k` after the penalties all lie among the `K` candidates, and their order there is
+//! their order in the row. Greedy with penalties needs `1 + repeat_last_n` the same way.
 
+use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 /// Sampling settings, with llama.cpp's defaults.
@@ -99,6 +112,24 @@ impl SamplerConfig {
     fn has_penalties(&self) -> bool {
         self.repeat_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
     }
+
+    /// How many of a row's largest logits decide the next token exactly, when fewer than the
+    /// whole row of `n_vocab` (module docs): `top_k` (1 for greedy) plus `repeat_last_n`
+    /// when a penalty is on, capped at `n_vocab`. `None` when the sampler needs the whole row:
+    /// plain greedy (ARGMAX is cheaper), or a penalty that can raise a logit (a repeat
+    /// penalty below 1, a negative frequency or presence penalty).
+    pub fn candidates(&self, n_vocab: usize) -> Option<usize> {
+        if self.is_plain_greedy()
+            || self.repeat_penalty < 1.0
+            || self.frequency_penalty < 0.0
+            || self.presence_penalty < 0.0
+        {
+            return None;
+        }
+        let keep = if self.temperature == 0.0 { 1 } else { self.top_k.max(1) };
+        let penalised = if self.has_penalties() { self.repeat_last_n } else { 0 };
+        Some(keep.saturating_add(penalised).min(n_vocab))
+    }
 }
 
 /// A sampler: settings, the recent-token window and the random stream.
@@ -136,14 +167,37 @@ impl Sampler {
     /// Picks the next token from one row of logits.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let mut logits = logits.to_vec();
-        self.apply_penalties(&mut logits);
-        if self.config.temperature == 0.0 {
-            return greedy(&logits);
+        for (token, count) in self.penalised() {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l = self.penalise(*l, count);
+            }
         }
-        // Candidates sorted by logit, descending; ties by lower id first.
-        let mut cand: Vec<(u32, f32)> =
-            logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &l)| (i as u32, l)).collect();
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.draw(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect())
+    }
+
+    /// Picks the next token from the candidates of TOP_K: `values[j]` is the logit of token
+    /// `ids[j]`, for at least the [`SamplerConfig::candidates`] largest logits of the row
+    /// (in any order; NaN values are ignored). Gives the token [`Sampler::sample`] gives on
+    /// the whole row, and advances the random stream the same way, whenever
+    /// [`SamplerConfig::candidates`] is `Some` (module docs).
+    pub fn sample_candidates(&mut self, values: &[f32], ids: &[u32]) -> u32 {
+        let mut cand: Vec<(u32, f32)> = ids.iter().copied().zip(values.iter().copied()).collect();
+        for (token, count) in self.penalised() {
+            if let Some(c) = cand.iter_mut().find(|c| c.0 == token) {
+                c.1 = self.penalise(c.1, count);
+            }
+        }
+        self.draw(cand)
+    }
+
+    /// The chain after the penalties, over (id, logit) candidates.
+    fn draw(&mut self, mut cand: Vec<(u32, f32)>) -> u32 {
+        // Candidates in rank order: by logit, descending, ties (-0 == +0) by lower id.
+        cand.retain(|c| !c.1.is_nan());
+        cand.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then(a.0.cmp(&b.0)));
+        if self.config.temperature == 0.0 {
+            return cand.first().map_or(0, |c| c.0);
+        }
         cand.truncate(self.config.top_k.max(1));
         if cand.is_empty() {
             return 0;
@@ -175,21 +229,34 @@ impl Sampler {
         cand[cand.len() - 1].0
     }
 
-    /// llama.cpp's penalties over the recent window: per distinct token, the repeat penalty
-    /// scales its logit, then `count × frequency + presence` is subtracted.
-    fn apply_penalties(&self, logits: &mut [f32]) {
-        let c = &self.config;
-        if !c.has_penalties() {
-            return;
+    /// The distinct tokens of the recent window with their counts, when a penalty is on.
+    fn penalised(&self) -> Vec<(u32, usize)> {
+        if !self.config.has_penalties() {
+            return Vec::new();
         }
         let mut seen: Vec<u32> = self.recent.iter().copied().collect();
         seen.sort_unstable();
-        for run in seen.chunk_by(|a, b| a == b) {
-            let Some(l) = logits.get_mut(run[0] as usize) else { continue };
-            if c.repeat_penalty != 1.0 {
-                *l = if *l > 0.0 { *l / c.repeat_penalty } else { *l * c.repeat_penalty };
+        seen.chunk_by(|a, b| a == b).map(|run| (run[0], run.len())).collect()
+    }
+
+    /// llama.cpp's penalties of one token seen `count` times in the window: the repeat
+    /// penalty scales its logit, then `count × frequency + presence` is subtracted.
+    fn penalise(&self, l: f32, count: usize) -> f32 {
+        let c = &self.config;
+        let mut l = l;
+        if c.repeat_penalty != 1.0 {
+            l = if l > 0.0 { l / c.repeat_penalty } else { l * c.repeat_penalty };
+        }
+        l - (count as f32 * c.frequency_penalty + c.presence_penalty)
+    }
+
+    /// The penalties of the recent window applied to a whole row (tests).
+    #[cfg(test)]
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        for (token, count) in self.penalised() {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l = self.penalise(*l, count);
             }
-            *l -= run.len() as f32 * c.frequency_penalty + c.presence_penalty;
         }
     }
 }
@@ -347,6 +414,68 @@ mod tests {
         s.apply_penalties(&mut logits);
         assert_eq!(logits, vec![1.0 - 1.5 - 0.25, 1.0, 1.0 - 0.5 - 0.25]);
         assert_eq!(s.sample(&[1.0, 0.9, 1.0]), 1);
+    }
+
+    /// The `k` first (id, logit) of a row in TOP_K's rank order.
+    fn top_k(logits: &[f32], k: usize) -> (Vec<f32>, Vec<u32>) {
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (logits[a], logits[b]);
+            (x.is_nan().cmp(&y.is_nan())).then(y.partial_cmp(&x).unwrap_or(Ordering::Equal)).then(a.cmp(&b))
+        });
+        order.truncate(k);
+        (order.iter().map(|&i| logits[i]).collect(), order.iter().map(|&i| i as u32).collect())
+    }
+
+    #[test]
+    fn candidates_give_the_tokens_of_the_whole_row() {
+        let mut rng = SplitMix64(9);
+        // Coarse logits (many ties, signed zeros), a NaN, and a recent window that penalises
+        // some of the largest.
+        let row = |rng: &mut SplitMix64| -> Vec<f32> {
+            let mut l: Vec<f32> = (0..300).map(|_| ((rng.next_f64() * 16.0).floor() as f32 - 8.0) / 4.0).collect();
+            l[17] = f32::NAN;
+            l[3] = -0.0;
+            l
+        };
+        let configs: [fn(&mut SamplerConfig); 5] = [
+            |_| {},
+            |c| (c.top_k, c.top_p, c.min_p) = (7, 1.0, 0.0),
+            |c| (c.repeat_penalty, c.frequency_penalty, c.presence_penalty, c.repeat_last_n) = (1.5, 0.5, 0.25, 6),
+            |c| (c.temperature, c.repeat_penalty) = (0.0, 2.0),
+            |c| (c.top_k, c.presence_penalty, c.temperature) = (1, 1.0, 3.0),
+        ];
+        for (n, f) in configs.into_iter().enumerate() {
+            let mut c = SamplerConfig { seed: n as u64, temperature: 1.2, ..SamplerConfig::default() };
+            f(&mut c);
+            let k = c.candidates(300).expect("no penalty raises a logit");
+            let (mut whole, mut cands) = (Sampler::new(c.clone()).expect("valid"), Sampler::new(c).expect("valid"));
+            for step in 0..200 {
+                let logits = row(&mut rng);
+                let (values, ids) = top_k(&logits, k);
+                let (a, b) = (whole.sample(&logits), cands.sample_candidates(&values, &ids));
+                assert_eq!(a, b, "config {n}, step {step}");
+                whole.accept(a);
+                cands.accept(b);
+            }
+        }
+    }
+
+    #[test]
+    fn candidates_are_none_where_the_whole_row_is_needed() {
+        let c = |f: fn(&mut SamplerConfig)| {
+            let mut c = SamplerConfig::default();
+            f(&mut c);
+            c.candidates(1000)
+        };
+        assert_eq!(c(|_| {}), Some(40));
+        assert_eq!(c(|c| c.repeat_penalty = 1.1), Some(40 + 64));
+        assert_eq!(c(|c| (c.temperature, c.frequency_penalty) = (0.0, 0.5)), Some(1 + 64));
+        assert_eq!(c(|c| c.top_k = 5000), Some(1000));
+        assert_eq!(c(|c| c.temperature = 0.0), None, "plain greedy reads ARGMAX");
+        assert_eq!(c(|c| c.repeat_penalty = 0.9), None);
+        assert_eq!(c(|c| c.frequency_penalty = -0.1), None);
+        assert_eq!(c(|c| c.presence_penalty = -0.1), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod kv_write;
 mod linear;
 mod rope;
 mod rows;
+mod top_k;
 
 use purebee_isa::{ExecError, Instruction, ParamValue, Program};
 use purebee_memory::{Registry, TensorId};
@@ -68,6 +69,7 @@ pub(crate) fn run(e: &mut Exec, program: &Program, i: &Instruction, params: &[Pa
         Instruction::KvWrite(k) => kv_write::run(e, k, program.resolve_u32(k.pos, params)?),
         Instruction::Attention(a) => attention::run(e, a, program.resolve_u32(a.pos, params)?),
         Instruction::Argmax(a) => rows::argmax(e, a),
+        Instruction::TopK(t) => top_k::run(e, t),
     }
 }
 

@@ -19,6 +19,7 @@ pub(crate) mod rope;
 pub(crate) mod rope_kv;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
+pub(crate) mod top_k;
 
 use purebee_isa::{F32Arg, Instruction, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -45,6 +46,8 @@ pub(crate) enum Shader {
     Argmax,
     /// `argmax.wgsl` after `reduce_subgroup.wgsl`: ARGMAX, subgroup reductions.
     ArgmaxSubgroup,
+    /// `top_k.wgsl`: TOP_K.
+    TopK,
     /// `embed.wgsl`: EMBED.
     Embed,
     /// `linear.wgsl` after `reduce_portable.wgsl` and `act_quant.wgsl`: LINEAR, portable
@@ -101,6 +104,7 @@ impl Shader {
             Shader::SoftmaxSubgroup => "softmax.wgsl (subgroups)",
             Shader::Argmax => "argmax.wgsl",
             Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
+            Shader::TopK => "top_k.wgsl",
             Shader::Embed => "embed.wgsl",
             Shader::Linear => "linear.wgsl",
             Shader::LinearSubgroup => "linear.wgsl (subgroups)",
@@ -131,6 +135,7 @@ impl Shader {
             Shader::SoftmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
             Shader::Argmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("argmax.wgsl")),
             Shader::ArgmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
+            Shader::TopK => include_str!("top_k.wgsl"),
             Shader::Embed => include_str!("embed.wgsl"),
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
@@ -303,6 +308,12 @@ pub enum ScratchKey {
     /// ATTENTION's split-K partial results: per (query row, head, split) a slot of
     /// `head_dim + 2` f32, `[m, l, o_0 .. o_{head_dim−1}]` (see `attention.wgsl`).
     AttentionPartials,
+    /// TOP_K's candidates between two levels of its selection, one `(value key, !index)`
+    /// pair of u32 per candidate (see `top_k.wgsl`); a level reads one of A and B and
+    /// writes the other.
+    TopKCandidatesA,
+    /// The other buffer of TOP_K's candidates.
+    TopKCandidatesB,
 }
 
 /// One dispatch of one pipeline.
@@ -407,6 +418,7 @@ pub(crate) fn record(ctx: &RecordCtx, i: &Instruction) -> Result<Vec<KernelCall>
         Instruction::RmsNorm(n) => rms_norm::record(ctx, n),
         Instruction::Softmax(s) => softmax::record(ctx, s),
         Instruction::Argmax(a) => argmax::record(ctx, a),
+        Instruction::TopK(t) => top_k::record(ctx, t),
         Instruction::Embed(e) => embed::record(ctx, e),
         Instruction::Linear(l) => linear::record(ctx, l),
         Instruction::BitLinear(b) => bitlinear::record(ctx, b),

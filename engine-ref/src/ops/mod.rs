@@ -10,3 +10,4 @@ pub(crate) mod linear;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod softmax;
+pub(crate) mod top_k;

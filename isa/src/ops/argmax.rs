@@ -6,7 +6,8 @@ use crate::validate::Checker;
 use crate::IsaError;
 
 /// ARGMAX: for every row of `x`, the index of its largest element; ties go to the lowest
-/// index; NaN elements are never chosen (a row of only NaN gives 0).
+/// index; NaN elements are never chosen (a row of only NaN gives 0). The same index as
+/// the first of [`crate::ops::TopK`]'s rank order (TOP_K with `k = 1`).
 ///
 /// `x`: F32 `[n, m]` (or `[m]`, one row); `out`: U32 with `n` elements.
 #[derive(Clone, Debug, PartialEq)]

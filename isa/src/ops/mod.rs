@@ -11,6 +11,7 @@ mod linear;
 mod rms_norm;
 mod rope;
 mod softmax;
+mod top_k;
 
 pub use argmax::Argmax;
 pub use attention::Attention;
@@ -23,3 +24,4 @@ pub use linear::{quantize_blocks, Linear, LinearActivations, LINEAR_ACT_BLOCK};
 pub use rms_norm::RmsNorm;
 pub use rope::{Rope, RopeStyle};
 pub use softmax::Softmax;
+pub use top_k::TopK;

@@ -1,0 +1,120 @@
+//! TOP_K: each row's first `k` elements in the ISA's rank order (numbers before NaN, larger
+//! values first, ties by lower index).
+//!
+//! Every element becomes one distinct u64 key whose unsigned order is the rank order
+//! ([`rank_key`]), so a row's top `k` are its `k` largest keys. A row is scanned once against
+//! a threshold: keys above it join a buffer of at most `2k`; a full buffer is cut back to its
+//! `k` largest (`select_nth_unstable`), which raises the threshold to the smallest of them.
+//! Rows are spread over the pool when there are several and enough elements to pay for a
+//! join (one 128256-entry row takes about 0.1 ms, a small part of a decode step, so a
+//! single row is not split).
+
+use purebee_isa::ops::TopK;
+use purebee_isa::ExecError;
+
+use super::{f32s_mut, Exec};
+use crate::store::dims;
+
+/// Rows of fewer elements than this in all run on the caller's thread.
+const PARALLEL_ELEMENTS: usize = 1 << 16;
+
+pub(crate) fn run(e: &mut Exec, t: &TopK) -> Result<(), ExecError> {
+    const OP: &str = "TOP_K";
+    let (rows, m) = dims(e.reg, OP, t.x)?;
+    let k = t.k as usize;
+    let x = e.store.f32s(e.reg, OP, t.x)?; // [rows, m]
+    let mut keys = vec![0u64; rows * k]; // [rows, k], each row in rank order
+    let row_keys = |r: usize, out: &mut [u64]| top_keys(&x[r * m..(r + 1) * m], out);
+    if rows > 1 && rows * m >= PARALLEL_ELEMENTS {
+        e.pool.for_each_chunk(&mut keys, k, &|r, out| row_keys(r, out));
+    } else {
+        for (r, out) in keys.chunks_exact_mut(k).enumerate() {
+            row_keys(r, out);
+        }
+    }
+    let reg = e.reg;
+    e.store.with_output(reg, OP, t.values, |store, words| {
+        let x = store.f32s(reg, OP, t.x)?;
+        let values = f32s_mut(words, rows * k);
+        for (j, (v, &key)) in values.iter_mut().zip(&keys).enumerate() {
+            *v = x[(j / k) * m + index_of(key)];
+        }
+        Ok(())
+    })?;
+    e.store.with_output(reg, OP, t.ids, |_, words| {
+        for (id, &key) in words.iter_mut().zip(&keys) {
+            *id = index_of(key) as u32;
+        }
+        Ok(())
+    })
+}
+
+/// The order-preserving key of element `i` of value `v`: the high word orders values (NaN
+/// lowest, `−0` folded onto `+0`, `−∞` above NaN), the low word `!i` puts lower indices
+/// first among equal values. Distinct for distinct `i`.
+fn rank_key(v: f32, i: usize) -> u64 {
+    let bits = v.to_bits();
+    let value = if v.is_nan() {
+        0
+    } else if v == 0.0 {
+        0x8000_0000
+    } else if bits & 0x8000_0000 != 0 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    };
+    (u64::from(value) << 32) | u64::from(!(i as u32))
+}
+
+/// The index of the element a key was made from.
+fn index_of(key: u64) -> usize {
+    !(key as u32) as usize
+}
+
+/// The `out.len()` largest keys of `row`, descending.
+fn top_keys(row: &[f32], out: &mut [u64]) {
+    let k = out.len();
+    let mut buffer: Vec<u64> = row[..k].iter().enumerate().map(|(i, &v)| rank_key(v, i)).collect();
+    let mut threshold = buffer.iter().copied().min().unwrap_or(0);
+    for (i, &v) in row.iter().enumerate().skip(k) {
+        let key = rank_key(v, i);
+        if key > threshold {
+            buffer.push(key);
+            if buffer.len() == 2 * k {
+                buffer.select_nth_unstable_by(k - 1, |a, b| b.cmp(a));
+                buffer.truncate(k);
+                threshold = buffer.iter().copied().min().unwrap_or(0);
+            }
+        }
+    }
+    buffer.sort_unstable_by(|a, b| b.cmp(a));
+    out.copy_from_slice(&buffer[..k]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_order_values_then_lower_indices_with_nan_last() {
+        let order = [f32::INFINITY, 1.0, 1e-40, 0.0, -1e-40, -1.0, f32::NEG_INFINITY, f32::NAN];
+        let keys: Vec<u64> = order.iter().map(|&v| rank_key(v, 5)).collect();
+        assert!(keys.windows(2).all(|w| w[0] > w[1]), "{keys:x?}");
+        assert_eq!(rank_key(-0.0, 3), rank_key(0.0, 3));
+        assert!(rank_key(2.0, 3) > rank_key(2.0, 4));
+        assert!(rank_key(f32::NAN, 0) > rank_key(-f32::NAN, 1));
+        assert_eq!(index_of(rank_key(7.0, 123_456)), 123_456);
+    }
+
+    #[test]
+    fn the_threshold_scan_keeps_the_largest_keys() {
+        let row: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 101) as f32).collect();
+        for k in [1, 2, 3, 40, 999, 1000] {
+            let mut out = vec![0; k];
+            top_keys(&row, &mut out);
+            let mut all: Vec<u64> = row.iter().enumerate().map(|(i, &v)| rank_key(v, i)).collect();
+            all.sort_unstable_by(|a, b| b.cmp(a));
+            assert_eq!(out, all[..k], "k = {k}");
+        }
+    }
+}
