@@ -33,21 +33,24 @@ type Runs = [__m256i; 4];
 /// form (a chunk broadcast to both halves, two runs per instruction) was faster in cache
 /// but slower from memory on Zen 4 (I2_S rows: 12.7 against 15.7 GB/s on one thread, and
 /// 22–23 against 25–26 tokens/s for the 2B decode).
-///
-/// # Safety
-/// `qp` must point at 128 readable activations.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn chunk_dot(acc: Runs, v: __m256i, qp: *const i8, shifts: &[__m128i; 4]) -> Runs {
+fn chunk_dot(acc: Runs, v: __m256i, q: &[i8; CHUNK_ELEMS], shifts: &[__m128i; 4]) -> Runs {
     let mask = _mm256_set1_epi8(3);
     let mut acc = acc;
     for g in 0..4 {
-        // SAFETY: run g is activations 32g..32g+32 of the 128 at `qp` (the caller's promise).
-        let qv = unsafe { _mm256_loadu_si256(qp.add(32 * g).cast()) };
+        // SAFETY: run g is activations 32g..32g+32 of the 128 in `q`; an unaligned load.
+        let qv = unsafe { _mm256_loadu_si256(q.as_ptr().add(32 * g).cast()) };
         let codes = _mm256_and_si256(_mm256_srl_epi16(v, shifts[g]), mask);
         acc[g] = _mm256_dpbusd_epi32(acc[g], codes, qv);
     }
     acc
+}
+
+/// The 128 activations of a chunk, from `start` (inside `q`: the callers' loop bounds).
+#[inline]
+fn activations(q: &[i8], start: usize) -> &[i8; CHUNK_ELEMS] {
+    q[start..start + CHUNK_ELEMS].try_into().expect("a chunk's activations lie inside q")
 }
 
 /// The sum of all lanes of the four accumulators.
@@ -72,12 +75,9 @@ pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     let mut acc = [_mm256_setzero_si256(); 4];
     for c in 0..n {
         _mm_prefetch::<_MM_HINT_T0>(chunks.as_ptr().wrapping_add(32 * c + PREFETCH).cast());
-        // SAFETY: chunk c is bytes 32c..32c+32 of `chunks`, its activations 128c..128c+128
-        // of `q`; c < n keeps both inside their slices. Unaligned loads.
-        acc = unsafe {
-            let v = _mm256_loadu_si256(chunks.as_ptr().add(32 * c).cast());
-            chunk_dot(acc, v, q.as_ptr().add(CHUNK_ELEMS * c), &sh)
-        };
+        // SAFETY: chunk c is bytes 32c..32c+32 of `chunks` (c < n); an unaligned load.
+        let v = unsafe { _mm256_loadu_si256(chunks.as_ptr().add(32 * c).cast()) };
+        acc = chunk_dot(acc, v, activations(q, CHUNK_ELEMS * c), &sh);
     }
     sum_runs(acc)
 }
@@ -94,12 +94,10 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
         _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(66 * b + PREFETCH).cast());
         let mut acc = acc;
         for c in 0..2 {
-            // SAFETY: chunk c of block b is bytes 66b + 32c .. + 32 of `row` and its
-            // activations 256b + 128c .. + 128 of `q` (both asserted above, b < n).
-            acc = unsafe {
-                let v = _mm256_loadu_si256(row.as_ptr().add(66 * b + 32 * c).cast());
-                chunk_dot(acc, v, q.as_ptr().add(256 * b + CHUNK_ELEMS * c), &sh)
-            };
+            // SAFETY: chunk c of block b is bytes 66b + 32c .. + 32 of `row` (asserted above,
+            // b < n); an unaligned load.
+            let v = unsafe { _mm256_loadu_si256(row.as_ptr().add(66 * b + 32 * c).cast()) };
+            acc = chunk_dot(acc, v, activations(q, 256 * b + CHUNK_ELEMS * c), &sh);
         }
         acc
     };
