@@ -17,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use purebee_engine_ref::RefEngine;
 use purebee_isa::ops::{
     Argmax, Attention, Binary, BitLinear, Embed, Free, GridAlloc, GridWrite, KvWrite, Linear, LinearActivations,
-    RmsNorm, Rope, RopeStyle, Softmax, Unary,
+    RmsNorm, Rope, RopeStyle, Softmax, TopK, Unary,
 };
 use purebee_isa::{Engine, F32Arg, Instruction, ParamValue, ProgramBuilder, TensorId, U32Arg};
 use purebee_memory::{HostTensor, Shape, ALL_DTYPES};
@@ -87,6 +87,7 @@ enum Op {
     KvWrite(u8, u8, U32Sel),
     Attention { out: u8, q: u8, k: u8, v: u8, head_dim: u32, pos: U32Sel },
     Argmax(u8, u8),
+    TopK { values: u8, ids: u8, x: u8, k: u32 },
 }
 
 /// `n` bytes repeating `pattern` (zeros without one).
@@ -190,6 +191,9 @@ fuzz_target!(|input: Input| {
                 pos: u32_arg(pos),
             }),
             Op::Argmax(o, x) => Instruction::Argmax(Argmax { out: t(*o), x: t(*x) }),
+            Op::TopK { values, ids, x, k } => {
+                Instruction::TopK(TopK { values: t(*values), ids: t(*ids), x: t(*x), k: *k })
+            }
         };
         let _ = b.push(i);
     }
