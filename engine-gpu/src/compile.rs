@@ -110,6 +110,9 @@ pub(crate) fn compile(
             fuse::Unit::RopeKv { first, write_k } => {
                 calls[*first] = fuse::record_rope_kv(&rctx, instructions, *first, *write_k)?;
             }
+            fuse::Unit::HeadArgmax { first, write_out } => {
+                calls[*first] = fuse::record_head_argmax(&rctx, instructions, *first, *write_out)?;
+            }
         }
     }
     let mut scratch_sizes: HashMap<ScratchKey, u64> = HashMap::new();

@@ -29,13 +29,13 @@
 
 use std::ops::Range;
 
-use purebee_isa::ops::{Binary, BitLinear, RmsNorm};
+use purebee_isa::ops::{Binary, BitLinear, Linear, RmsNorm};
 use purebee_isa::Instruction;
 use purebee_memory::{DType, TensorId};
 
 use crate::kernels::bitlinear::{self, Epilogue};
 use crate::kernels::elementwise::UnaryOp;
-use crate::kernels::{norm_quant, rope_kv, KernelCall, RecordCtx};
+use crate::kernels::{linear, norm_quant, rope_kv, KernelCall, RecordCtx};
 use crate::GpuError;
 
 /// The patterns the pass matches. A fused group may combine several (an RMS_NORM
@@ -97,6 +97,16 @@ pub(crate) enum Pattern {
     /// reduces it). Needs one ternary type, all or none of the output scales, and 11
     /// storage buffers per stage; otherwise the up product carries the epilogue alone.
     GatedPair,
+    /// LINEAR(y, x, W) of one token immediately followed by ARGMAX(id, y), `y` not `x`
+    /// (the LM head and greedy decoding): the product kernel also writes, per workgroup of
+    /// 8 rows, the order key and index of their largest value (`linear_argmax.wgsl`, with
+    /// gemv's or gemv_rows' arithmetic per row and argmax.wgsl's comparison), and one small
+    /// dispatch (`argmax_partials`) reduces those slots to `id`, instead of ARGMAX's one
+    /// workgroup reading the whole row. Every row window of a weight larger than one
+    /// binding writes its own slots. `y` is written only when that write is not dead (the
+    /// host may read the logits: usually it is kept). Needs `y` to fit one binding.
+    #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::HeadArgmax
+    ArgmaxPartials,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -149,6 +159,7 @@ impl QuantGroup {
         match self.tail.map(|t| t.epilogue) {
             Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
             Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
+            Some(Epilogue::Argmax { .. }) => p.push(Pattern::ArgmaxPartials),
             None => {}
         }
         if self.merged {
@@ -168,6 +179,8 @@ pub(crate) enum Unit {
     Quant(QuantGroup),
     /// [`Pattern::RopeKvWrite`]: the four instructions from `first`.
     RopeKv { first: usize, write_k: bool },
+    /// [`Pattern::ArgmaxPartials`]: the LINEAR at `first`, then its ARGMAX.
+    HeadArgmax { first: usize, write_out: bool },
 }
 
 /// The fusion plan of a program: units covering every instruction once, in order.
@@ -190,6 +203,7 @@ impl Plan {
             .flat_map(|u| match u {
                 Unit::Quant(g) => g.patterns(),
                 Unit::RopeKv { .. } => vec![Pattern::RopeKvWrite],
+                Unit::HeadArgmax { .. } => vec![Pattern::ArgmaxPartials],
                 Unit::Single(_) => vec![],
             })
             .collect()
@@ -213,6 +227,11 @@ pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
         if let Some(write_k) = rope_kv_at(ctx, instructions, i) {
             units.push(Unit::RopeKv { first: i, write_k });
             i += 4;
+            continue;
+        }
+        if let Some(write_out) = head_argmax_at(ctx, instructions, i) {
+            units.push(Unit::HeadArgmax { first: i, write_out });
+            i += 2;
             continue;
         }
         match group_at(ctx, limits, instructions, i) {
@@ -243,6 +262,34 @@ pub(crate) fn record_rope_kv(
         }
         _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not ROPE, ROPE, KV_WRITE, KV_WRITE"))),
     }
+}
+
+/// The dispatches of a [`Pattern::ArgmaxPartials`] unit.
+pub(crate) fn record_head_argmax(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    first: usize,
+    write_out: bool,
+) -> Result<Vec<KernelCall>, GpuError> {
+    match instructions.get(first..first + 2) {
+        Some([Instruction::Linear(l), Instruction::Argmax(a)]) => {
+            linear::record_with(ctx, l, true, Some(Epilogue::Argmax { ids: a.out, write_out }))
+        }
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not LINEAR, ARGMAX"))),
+    }
+}
+
+/// `Some(write_out)` when a [`Pattern::ArgmaxPartials`] starts at instruction `i`.
+fn head_argmax_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option<bool> {
+    let [Instruction::Linear(l), Instruction::Argmax(a)] = instructions.get(i..i + 2)? else { return None };
+    let ok = a.x == l.out && l.x != l.out && tokens(ctx, l) == Some(1) && fits(ctx, l.out);
+    ok.then(|| !write_is_dead(instructions, i, l.out, &[i + 1]))
+}
+
+/// The tokens (rows of the output) of a LINEAR, `None` when it has no output.
+fn tokens(ctx: &RecordCtx, l: &Linear) -> Option<usize> {
+    let m = ctx.desc(l.weight).ok()?.shape.rows();
+    ctx.desc(l.out).ok()?.shape.numel().checked_div(m)
 }
 
 /// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`.
@@ -686,7 +733,7 @@ mod tests {
             .iter()
             .filter_map(|u| match u {
                 Unit::Quant(g) => Some(g),
-                Unit::Single(_) | Unit::RopeKv { .. } => None,
+                Unit::Single(_) | Unit::RopeKv { .. } | Unit::HeadArgmax { .. } => None,
             })
             .collect();
         assert_eq!(groups.len(), 8);
@@ -738,12 +785,40 @@ mod tests {
             .iter()
             .filter_map(|u| match u {
                 Unit::Quant(g) => g.norm.map(|n| n.write_out),
-                Unit::Single(_) | Unit::RopeKv { .. } => None,
+                Unit::Single(_) | Unit::RopeKv { .. } | Unit::HeadArgmax { .. } => None,
             })
             .collect();
         assert_eq!(writes, [true, false]);
         // The last write of a tensor is kept: y's, with nothing after it.
         assert!(!write_is_dead(p.instructions(), 4, y, &[]));
+    }
+
+    #[test]
+    fn a_one_token_head_and_its_argmax_fuse() {
+        // LINEAR of `tokens` tokens then ARGMAX; `overwrite`: the logits written again after.
+        let build = |tokens: usize, overwrite: bool| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let f = DType::F32;
+            let h = b.declare("h", f, &[tokens, 64]).expect("valid");
+            let w = b.declare("w", DType::F16, &[300, 64]).expect("valid");
+            let logits = b.declare("logits", f, &[tokens, 300]).expect("valid");
+            let id = b.declare("id", DType::U32, &[tokens]).expect("valid");
+            b.linear(logits, h, w).expect("valid");
+            b.argmax(id, logits).expect("valid");
+            if overwrite {
+                b.linear(logits, h, w).expect("valid");
+            }
+            let p = b.finish();
+            plan(&ctx(&reg), &LIMITS, p.instructions())
+        };
+        // The logits are the program's last write: kept.
+        assert_eq!(build(1, false).units, [Unit::HeadArgmax { first: 0, write_out: true }]);
+        assert_eq!(build(1, false).patterns(), [Pattern::ArgmaxPartials]);
+        // Overwritten with no read between but the ARGMAX the kernel serves: dead.
+        assert_eq!(build(1, true).units[0], Unit::HeadArgmax { first: 0, write_out: false });
+        // Several tokens (the tiled kernel): unfused.
+        assert_eq!(build(2, false), Plan::unfused(2));
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! Checked on whole BitNet layers (two of them, with ROPE, KV_WRITE and ATTENTION, one
 //! token through `gemv` and several through `tiled`, every ternary format, with and without
 //! output scales, subgroup and portable kernels), a Llama-style layer (LINEAR: nothing of it
-//! is fused, and the pass must leave it alone) and a final norm + LM head + ARGMAX.
+//! is fused, and the pass must leave it alone) and a final norm + LM head + ARGMAX; and
+//! one-token LM heads with their ARGMAX (F32, F16, Q8_0 weights, f32 or int8-block
+//! activations, `gemv_rows` and `gemv` rows, row windows, tied maxima and NaN logits).
 //! Since the unfused kernels are held to the reference by the per-instruction tests, this
 //! carries their tolerances over to the fused program.
 //!
@@ -28,17 +30,29 @@
 //!   `bitlinear.rs` checks the unfused `quantize`; a ±1 difference is tolerated only where
 //!   `h·s` lies within one ulp of a .5 boundary, as there).
 //!
+//! - LM head + ARGMAX: the logits within LINEAR's tolerance of `linear.rs` (γ_{k+2}·Σ|x·w| +
+//!   u·|ref|, or γ_{k+6}·Σ|x̂·w| + u·|ref| with int8 blocks; NaN where the reference has
+//!   NaN), and the id equal to the reference's exactly: the data make the maximum a tie of
+//!   identical rows that dominate every other logit by far, so no rounding can move it,
+//!   and NaN rows sit around it.
+//!
 //! **Every pattern is fused**: the dispatches of a BitNet layer, counted with
-//! `GpuEngine::dispatched_kernels`.
+//! `GpuEngine::dispatched_kernels`, and the LM head's kernels.
 //!
 //! Case counts are small: lavapipe is slow, and the whole file must stay cheap in CI.
 
 use proptest::prelude::*;
 use purebee_engine_gpu::{GpuEngine, ScratchKey};
-use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize, Attention, Rope, RopeStyle};
+use purebee_isa::ops::LINEAR_ACT_BLOCK;
+use purebee_isa::ops::{
+    bitlinear_act_scale, bitlinear_quantize, quantize_blocks, Attention, LinearActivations, Rope, RopeStyle,
+};
 use purebee_isa::{DType, IsaError, ParamValue, ProgramBuilder, TensorId, U32Arg};
+use purebee_memory::quant::{encode::encode_q8_0_row, QuantMatrix};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, pair_for, unfused_pair, Outputs};
+use purebee_tests::differential::{
+    assert_close, f32s, gpu_tests_skipped, pair_for, u32s, unfused_pair, windowed_pair, windowed_unfused_pair, Outputs,
+};
 use purebee_tests::rng::SplitMix64;
 
 const FORMATS: [DType; 3] = [DType::TQ1_0, DType::TQ2_0, DType::I2_S];
@@ -600,4 +614,192 @@ fn tiny_fixture_decode_dispatches() {
     // The head (EMBED, final norm, LM head, ARGMAX) changes by at most one dispatch (its
     // norm + quantization); every layer saves 17.
     assert!((unfused - fused) >= 17 * layers && unfused - fused <= 17 * layers + 1, "{unfused} vs {fused}");
+}
+
+/// An LM head with ARGMAX (pattern ArgmaxPartials): its weight type, the activations, the
+/// row length, the vocabulary, whether the weight is bound as row windows, and whether x
+/// holds a NaN (with f32 activations every logit is NaN: the id is 0).
+#[derive(Clone, Debug)]
+struct Head {
+    dtype: DType,
+    acts: LinearActivations,
+    d: usize,
+    vocab: usize,
+    windowed: bool,
+    nan_x: bool,
+    seed: u64,
+}
+
+impl Head {
+    /// The rows of weight 1.0 (dominant, since x > 0 and the other rows are small): equal
+    /// logits, in different slots (and windows); the id is the first.
+    fn tied(&self) -> [usize; 3] {
+        [1 + self.seed as usize % (self.vocab / 3), self.vocab / 2 + 3, self.vocab - 1]
+    }
+
+    /// x `[1, d]` and the weight `[vocab, d]` (bytes): small random rows, the tied
+    /// dominant rows, and NaN rows just before and after the first of them.
+    fn inputs(&self) -> (Vec<f32>, Vec<u8>) {
+        let mut rng = SplitMix64(self.seed);
+        let (d, vocab) = (self.d, self.vocab);
+        let mut x: Vec<f32> = (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect();
+        if self.nan_x {
+            x[rng.below(d as u64) as usize] = f32::NAN;
+        }
+        let tied = self.tied();
+        let nan_rows = [tied[0] - 1, tied[0] + 1];
+        let mut bytes = Vec::new();
+        for r in 0..vocab {
+            let mut row: Vec<f32> = (0..d).map(|_| rng.range(-0.05, 0.05) as f32).collect();
+            if tied.contains(&r) {
+                row.iter_mut().for_each(|v| *v = 1.0);
+            }
+            let nan = nan_rows.contains(&r);
+            if nan && self.dtype != DType::Q8_0 {
+                row[rng.below(d as u64) as usize] = f32::NAN;
+            }
+            match self.dtype {
+                DType::F32 => row.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes())),
+                DType::F16 => row.iter().for_each(|&v| bytes.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
+                DType::Q8_0 => {
+                    let mut enc = encode_q8_0_row(&row).expect("whole blocks");
+                    if nan {
+                        enc[..2].copy_from_slice(&half::f16::NAN.to_le_bytes());
+                        // a NaN block scale
+                    }
+                    bytes.extend_from_slice(&enc);
+                }
+                other => panic!("no head of {other} in this test"),
+            }
+        }
+        (x, bytes)
+    }
+}
+
+fn head_case() -> impl Strategy<Value = Head> {
+    let kinds = [
+        (DType::F32, LinearActivations::F32),
+        (DType::F16, LinearActivations::F32),
+        (DType::Q8_0, LinearActivations::F32),
+        (DType::Q8_0, LinearActivations::Int8Blocks),
+    ];
+    (0..4usize, 1..=5usize, 0..9usize, 20..1500usize, any::<bool>(), any::<u64>()).prop_map(
+        move |(kind, blocks, extra, vocab, nan_x, seed)| {
+            let (dtype, acts) = kinds[kind];
+            // Q8_0 rows are whole blocks of 32; float rows any length.
+            let d = if dtype == DType::Q8_0 { 32 * blocks } else { 32 * blocks - extra };
+            Head { dtype, acts, d, vocab, windowed: false, nan_x: nan_x && seed % 4 == 0, seed }
+        },
+    )
+}
+
+/// Runs a head case fused and unfused (windowed pairs when the case says so): asserts the
+/// pattern is fused and the bits equal, and checks the logits against the reference with
+/// LINEAR's tolerance and the id exactly.
+fn check_head(c: &Head, portable: bool) -> Result<(), TestCaseError> {
+    let (x, w) = c.inputs();
+    let (d, vocab) = (c.d, c.vocab);
+    let inputs = [
+        ("x", matrix("x", 1, d, x.clone())),
+        ("head", HostTensor::from_bytes("head", c.dtype, Shape::matrix(vocab, d).expect("shape"), &w).expect("sizes")),
+    ];
+    let acts = c.acts;
+    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+        let logits = b.alloc(&name("logits"), DType::F32, &[1, vocab])?;
+        let id = b.alloc(&name("id"), DType::U32, &[1])?;
+        b.linear_with(logits, ids[0], ids[1], acts)?;
+        b.argmax(id, logits)?;
+        Ok(vec![logits, id])
+    };
+    let kernels = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
+    let (fused_pair, unfused) = if c.windowed {
+        (windowed_pair(), windowed_unfused_pair())
+    } else {
+        (pair_for(portable), unfused_pair(portable))
+    };
+    let (mut fused_pair, mut unfused) = (fused_pair, unfused);
+    let (fused, reference, fk) = fused_pair.run_inspect(&inputs, &[], build, kernels);
+    let (unfused, _, uk) = unfused.run_inspect(&inputs, &[], build, kernels);
+    let what = format!("{c:?} portable={portable}");
+    // The product kernels carry the first pass, one dispatch per window as unfused; the
+    // ARGMAX is the small second pass.
+    let heads = fk.iter().filter(|k| k.starts_with("linear_argmax.wgsl")).count();
+    let products = uk.iter().filter(|k| k.contains(":gemv")).count();
+    prop_assert!(heads >= 1 && heads == products, "{what}: {fk:?} vs {uk:?}");
+    prop_assert_eq!(fk.len(), uk.len(), "{}: {:?}", what, fk);
+    prop_assert!(fk.last().is_some_and(|k| k.ends_with(":argmax_partials")), "{}: {:?}", what, fk);
+    prop_assert!(!fk.iter().any(|k| k.ends_with(":argmax")), "{}: {:?}", what, fk);
+    if c.windowed {
+        prop_assert!(heads > 1, "{what}: one window: {fk:?}");
+    }
+    assert_bits(&fused, &unfused, &what)?;
+    // The id: the reference's and the expected row exactly (the tied rows dominate by far,
+    // so LINEAR's rounding cannot move the maximum; NaN rows are skipped).
+    let (id, want_id) = (u32s(&fused[1]), u32s(&reference[1]));
+    // (Int8 blocks round a NaN element to 0, so only f32 activations make every logit NaN.)
+    let expected = if c.nan_x && acts == LinearActivations::F32 { 0 } else { c.tied()[0] as u32 };
+    prop_assert_eq!(&id, &want_id, "{}", what);
+    prop_assert_eq!(id, vec![expected], "{}", what);
+    // The logits: linear.rs's tolerance, γ_{k+2}·Σ|x·w| + u·|ref| (f32 activations) or
+    // γ_{k+6}·Σ|x̂|·|w| + u·|ref| (int8 blocks, Q8_0: no block offset); NaN where the
+    // reference has NaN.
+    const U: f64 = 1.0 / 16_777_216.0;
+    let (got, want) = (f32s(&fused[0]), f32s(&reference[0]));
+    let mut xh: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let extra = if acts == LinearActivations::Int8Blocks {
+        let (mut q, mut s) = (vec![0i8; d], vec![0f32; d.div_ceil(LINEAR_ACT_BLOCK)]);
+        quantize_blocks(&x, &mut q, &mut s);
+        xh = q.iter().enumerate().map(|(i, &qi)| qi as f64 / s[i / LINEAR_ACT_BLOCK] as f64).collect();
+        6
+    } else {
+        2
+    };
+    let gamma = (d + extra) as f64 * U / (1.0 - (d + extra) as f64 * U);
+    let wq = QuantMatrix::new(c.dtype, &w, vocab, d).expect("weight");
+    let mut row = vec![0f32; d];
+    for j in 0..vocab {
+        wq.dequantize_row(j, &mut row).expect("row");
+        let sum_abs: f64 = xh.iter().zip(&row).map(|(a, b)| (a * *b as f64).abs()).sum();
+        let (g, r) = (got[j] as f64, want[j] as f64);
+        let ok = (g.is_nan() && r.is_nan()) || (g - r).abs() <= gamma * sum_abs + U * r.abs();
+        prop_assert!(ok, "{}: logit {} {} vs reference {}", what, j, g, r);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// LINEAR + ARGMAX at one token, random shapes (odd row lengths, odd vocabularies),
+    /// F32, F16 and Q8_0 weights, f32 and int8-block activations, ties and NaN rows.
+    #[test]
+    fn lm_head_argmax_fused_equal_unfused_and_the_reference(c in head_case(), portable in any::<bool>()) {
+        if gpu_tests_skipped() {
+            return Ok(());
+        }
+        check_head(&c, portable)?;
+    }
+}
+
+/// The two LM-head kernels' less common paths: rows longer than `gemv_rows` takes
+/// (`gemv_argmax`), a head split into row windows (256 KiB bindings: every window's slots
+/// are combined), and an x with a NaN (every logit NaN: id 0).
+#[test]
+fn lm_head_argmax_long_rows_windows_and_nan() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let cases = [
+        (DType::F16, LinearActivations::F32, 2100, 203, false, false),
+        (DType::Q8_0, LinearActivations::Int8Blocks, 2112, 77, false, true),
+        (DType::F32, LinearActivations::F32, 95, 1900, true, false),
+        (DType::Q8_0, LinearActivations::Int8Blocks, 160, 3001, true, false),
+        (DType::F16, LinearActivations::F32, 63, 2500, true, true),
+    ];
+    for (i, (dtype, acts, d, vocab, windowed, nan_x)) in cases.into_iter().enumerate() {
+        let c = Head { dtype, acts, d, vocab, windowed, nan_x, seed: 40 + i as u64 };
+        for portable in [false, true] {
+            check_head(&c, portable).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
 }

@@ -35,8 +35,9 @@
 use purebee_isa::ops::{Linear, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_memory::DType;
 
+use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
-use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use super::{argmax, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -46,6 +47,11 @@ pub(crate) const GEMV_WG: u32 = 64;
 pub(crate) const GEMV_ROWS_MAX_K: usize = 2048;
 /// Invocations per row of `gemv_rows`: 8 rows per workgroup.
 const GEMV_ROWS_LANES: u32 = 8;
+/// Output rows per workgroup, and per (key, index) slot, of the LM-head kernels
+/// (`linear_argmax.wgsl`): `gemv_rows`' rows per workgroup, and a multiple of 8 dividing
+/// the window row step, so that every window's first slot is whole.
+pub(crate) const PART_ROWS: u32 = GEMV_WG / GEMV_ROWS_LANES;
+const _: () = assert!(PART_ROWS == 8);
 /// Weight rows per workgroup of `tiled`.
 const TILE_M: u32 = 64;
 /// Tokens per workgroup of `tiled`.
@@ -83,7 +89,21 @@ fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "LINEAR", what: format!("{what} beyond 32-bit indexing") }
 }
 
+/// The dispatches of one LINEAR.
 pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, GpuError> {
+    record_with(ctx, l, true, None)
+}
+
+/// The dispatches of one LINEAR in a fused group: with `quantize` false, no int8-block
+/// rounding of x (an earlier LINEAR of the same x in the group filled the scratch buffer,
+/// with no dispatch between); with `epilogue`, the instructions fused after it (an
+/// [`Epilogue::Argmax`] needs one token, and adds the second pass of the ARGMAX).
+pub(crate) fn record_with(
+    ctx: &RecordCtx,
+    l: &Linear,
+    quantize: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<Vec<KernelCall>, GpuError> {
     let w = ctx.desc(l.weight)?;
     let (m, k) = (w.shape.rows(), w.shape.cols());
     // Tokens from the output [n, m] (x is [n, k], and k may be 0).
@@ -112,7 +132,7 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
         LinearActivations::F32 => Storage::Tensor(l.x, 0),
         LinearActivations::Int8Blocks => {
             let rounded = Storage::Scratch(ScratchKey::LinearActivations, 4 * (n * k) as u64);
-            if k > 0 {
+            if k > 0 && quantize {
                 let params = Params { k: u(k, "the row length")?, n: u(n, "the token count")?, ..Params::default() };
                 calls.push(KernelCall {
                     key: PipelineKey {
@@ -143,7 +163,11 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
         };
         let window = |part: usize, bytes_per_row: u64| {
             if split {
-                Storage::TensorRange(l.weight, part, rows.start as u64 * bytes_per_row, wm as u64 * bytes_per_row)
+                // A binding's size must be a multiple of 4: the last window of rows of an
+                // odd byte count (Q8_0's 34 per block) is rounded up into the buffer's
+                // padding (buffers are padded to whole words).
+                let size = (wm as u64 * bytes_per_row).next_multiple_of(4);
+                Storage::TensorRange(l.weight, part, rows.start as u64 * bytes_per_row, size)
             } else {
                 Storage::Tensor(l.weight, part)
             }
@@ -153,9 +177,34 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
             Some(_) => Storage::Tensor(l.weight, 1),
             None => window(0, part0_row),
         };
-        let storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
-        calls.push(if n == 1 && k <= GEMV_ROWS_MAX_K {
-            KernelCall {
+        let mut storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
+        let subgroup = ctx.caps.subgroups;
+        calls.push(match epilogue {
+            Some(Epilogue::Argmax { write_out, .. }) => {
+                if n != 1 {
+                    return Err(GpuError::Wgpu("fusion plan: an ARGMAX epilogue on several tokens".to_string()));
+                }
+                storage.push((6, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots(m))));
+                let shader = if subgroup { Shader::LinearArgmaxSubgroup } else { Shader::LinearArgmax };
+                let write = ("WRITE_OUT", u32::from(write_out));
+                let (entry, constants, workgroups) = if k <= GEMV_ROWS_MAX_K {
+                    let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write];
+                    ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
+                } else {
+                    let c = vec![("WG", GEMV_WG), ("DTYPE", code), ("PART_ROWS", PART_ROWS), write];
+                    ("gemv_argmax", c, ctx.grid_1d(wm.div_ceil(PART_ROWS as usize), 1))
+                };
+                KernelCall {
+                    key: PipelineKey { shader, entry, constants },
+                    params: bytemuck::bytes_of(&params).to_vec(),
+                    storage,
+                    workgroups,
+                }
+            }
+            Some(Epilogue::Add { .. } | Epilogue::ActMul { .. }) => {
+                return Err(GpuError::Wgpu("fusion plan: an unsupported LINEAR epilogue".to_string()))
+            }
+            None if n == 1 && k <= GEMV_ROWS_MAX_K => KernelCall {
                 key: PipelineKey {
                     shader: Shader::Linear,
                     entry: "gemv_rows",
@@ -164,34 +213,44 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
                 params: bytemuck::bytes_of(&params).to_vec(),
                 storage,
                 workgroups: ctx.grid_1d(wm, GEMV_WG / GEMV_ROWS_LANES),
+            },
+            None if n == 1 => {
+                let shader = if subgroup { Shader::LinearSubgroup } else { Shader::Linear };
+                KernelCall {
+                    key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
+                    params: bytemuck::bytes_of(&params).to_vec(),
+                    storage,
+                    workgroups: ctx.grid_1d(wm, 1),
+                }
             }
-        } else if n == 1 {
-            let shader = if ctx.caps.subgroups { Shader::LinearSubgroup } else { Shader::Linear };
-            KernelCall {
-                key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
-                params: bytemuck::bytes_of(&params).to_vec(),
-                storage,
-                workgroups: ctx.grid_1d(wm, 1),
-            }
-        } else {
-            let mut workgroups = ctx.grid_1d(wm, TILE_M);
-            workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
-            if workgroups[2] > ctx.max_workgroups {
-                return Err(too_large("the token count"));
-            }
-            KernelCall {
-                key: PipelineKey {
-                    shader: Shader::Linear,
-                    entry: "tiled",
-                    constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
-                },
-                params: bytemuck::bytes_of(&params).to_vec(),
-                storage,
-                workgroups,
+            None => {
+                let mut workgroups = ctx.grid_1d(wm, TILE_M);
+                workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
+                if workgroups[2] > ctx.max_workgroups {
+                    return Err(too_large("the token count"));
+                }
+                KernelCall {
+                    key: PipelineKey {
+                        shader: Shader::Linear,
+                        entry: "tiled",
+                        constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
+                    },
+                    params: bytemuck::bytes_of(&params).to_vec(),
+                    storage,
+                    workgroups,
+                }
             }
         });
     }
+    if let Some(Epilogue::Argmax { ids, .. }) = epilogue {
+        calls.push(argmax::partials(ctx, ids, slots(m))?);
+    }
     Ok(calls)
+}
+
+/// The (key, index) slots of an LM head of `m` rows: one per [`PART_ROWS`] rows.
+fn slots(m: usize) -> u64 {
+    m.div_ceil(PART_ROWS as usize) as u64
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub(crate) mod attention;
 pub(crate) mod bitlinear;
 pub(crate) mod elementwise;
 pub(crate) mod embed;
+pub(crate) mod epilogue;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
 pub(crate) mod linear;
@@ -47,6 +48,11 @@ pub(crate) enum Shader {
     ArgmaxSubgroup,
     /// `embed.wgsl`: EMBED.
     Embed,
+    /// `linear_argmax.wgsl` after `linear.wgsl` and `argmax_key.wgsl` (a one-token LINEAR
+    /// with the first pass of the ARGMAX of its output), portable reductions.
+    LinearArgmax,
+    /// `linear_argmax.wgsl`, subgroup reductions.
+    LinearArgmaxSubgroup,
     /// `linear.wgsl` after `reduce_portable.wgsl` and `act_quant.wgsl`: LINEAR, portable
     /// reductions.
     Linear,
@@ -102,6 +108,8 @@ impl Shader {
             Shader::Argmax => "argmax.wgsl",
             Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
             Shader::Embed => "embed.wgsl",
+            Shader::LinearArgmax => "linear_argmax.wgsl",
+            Shader::LinearArgmaxSubgroup => "linear_argmax.wgsl (subgroups)",
             Shader::Linear => "linear.wgsl",
             Shader::LinearSubgroup => "linear.wgsl (subgroups)",
             Shader::Bitlinear => "bitlinear.wgsl",
@@ -129,8 +137,30 @@ impl Shader {
             Shader::RmsNormSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
             Shader::Softmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("softmax.wgsl")),
             Shader::SoftmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
-            Shader::Argmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("argmax.wgsl")),
-            Shader::ArgmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
+            Shader::Argmax => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("argmax.wgsl")
+            ),
+            Shader::ArgmaxSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("argmax.wgsl")
+            ),
+            Shader::LinearArgmax => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("linear_argmax.wgsl")
+            ),
+            Shader::LinearArgmaxSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("linear_argmax.wgsl")
+            ),
             Shader::Embed => include_str!("embed.wgsl"),
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
@@ -279,7 +309,8 @@ pub(crate) enum Storage {
 }
 
 /// A GPU-only working buffer that is not an ISA tensor (BITLINEAR's int8 activations,
-/// LINEAR's int8-rounded activations, ATTENTION's split-K partial results).
+/// LINEAR's int8-rounded activations, a fused ARGMAX's partials, ATTENTION's split-K
+/// partial results).
 ///
 /// The compiler creates one buffer per key per compiled program, once, sized to the largest
 /// request of that key among the program's dispatches; every dispatch naming the key binds
@@ -300,6 +331,9 @@ pub enum ScratchKey {
     /// LINEAR's activations rounded to int8 blocks (`LinearActivations::Int8Blocks`), as
     /// the product kernels read them: `x̂ = q / s_b` correctly rounded, f32 `[n, k]`.
     LinearActivations,
+    /// A fused LM head's ARGMAX partials (`linear_argmax.wgsl`): per 8 output rows, the
+    /// order key of their largest value and its index, two u32 words.
+    ArgmaxPartials,
     /// ATTENTION's split-K partial results: per (query row, head, split) a slot of
     /// `head_dim + 2` f32, `[m, l, o_0 .. o_{head_dim−1}]` (see `attention.wgsl`).
     AttentionPartials,
