@@ -6,13 +6,16 @@
 //! arithmetic at rms_norm's workgroup size, then `quantize`'s exact integer maximum and
 //! correctly rounded scale; the residual and activation epilogues are the elementwise
 //! kernels' operations (elementwise_ops.wgsl); rope_kv.wgsl is rope.wgsl's rotation
-//! (rope_math.wgsl); gemv_multi and gemv_gated are gemv's per-row sums and reductions; a
-//! shared quantization is the same quantization computed once), so a fused program must
+//! (rope_math.wgsl); gemv_multi and gemv_gated are gemv's per-row sums and reductions;
+//! linear_argmax.wgsl computes each row with linear.wgsl's own gemv_total / rows_total and
+//! compares with argmax.wgsl's argmax_key; a shared quantization or int8-block rounding is
+//! the same one computed once), so a fused program must
 //! give exactly the unfused program's bits in every tensor the host can read.
 //! Checked on whole BitNet layers (two of them, with ROPE, KV_WRITE and ATTENTION, one
 //! token through `gemv` and several through `tiled`, every ternary format, with and without
-//! output scales, subgroup and portable kernels), a Llama-style layer (LINEAR: nothing of it
-//! is fused, and the pass must leave it alone) and a final norm + LM head + ARGMAX; and
+//! output scales, subgroup and portable kernels), Llama-style layers (LINEAR of F32, F16,
+//! Q8_0 and Q4_1 weights, f32 and int8-block activations, random odd shapes, one token and
+//! several) with a final norm + LM head + ARGMAX; and
 //! one-token LM heads with their ARGMAX (F32, F16, Q8_0 weights, f32 or int8-block
 //! activations, `gemv_rows` and `gemv` rows, row windows, tied maxima and NaN logits).
 //! Since the unfused kernels are held to the reference by the per-instruction tests, this
@@ -36,8 +39,11 @@
 //!   identical rows that dominate every other logit by far, so no rounding can move it,
 //!   and NaN rows sit around it.
 //!
-//! **Every pattern is fused**: the dispatches of a BitNet layer, counted with
-//! `GpuEngine::dispatched_kernels`, and the LM head's kernels.
+//! - LINEAR's shared rounding and epilogues and the LM head on exact data (integer
+//!   activations with 127 in every block, integer weights): equal outputs and id.
+//!
+//! **Every pattern is fused**: the dispatches of a BitNet layer and of a Llama-style layer,
+//! counted with `GpuEngine::dispatched_kernels`, and the LM head's kernels.
 //!
 //! Case counts are small: lavapipe is slow, and the whole file must stay cheap in CI.
 
@@ -300,83 +306,325 @@ proptest! {
     }
 }
 
-/// A Llama-style layer (LINEAR projections, SILU, no sub-norms) and a final norm, an F32
-/// LM head and ARGMAX: only ROPE + KV_WRITE matches a pattern, so the fused engine must
-/// dispatch the unfused kernels but for that one, and give the same bits.
+/// The bytes of a `[m, k]` LINEAR weight of `dtype` (F32, F16, Q8_0, Q4_1), values of
+/// magnitude about `mag`.
+fn float_weight(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, mag: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    match dtype {
+        DType::F32 => {
+            (0..m * k).for_each(|_| out.extend_from_slice(&((rng.range(-1.0, 1.0) * mag) as f32).to_le_bytes()))
+        }
+        DType::F16 => (0..m * k)
+            .for_each(|_| out.extend_from_slice(&half::f16::from_f64(rng.range(-1.0, 1.0) * mag).to_le_bytes())),
+        DType::Q8_0 => (0..m).for_each(|_| {
+            let row: Vec<f32> = randn(rng, k, mag);
+            out.extend(encode_q8_0_row(&row).expect("whole blocks"));
+        }),
+        DType::Q4_1 => (0..m * k / 32).for_each(|_| {
+            out.extend_from_slice(&half::f16::from_f64(rng.range(0.5, 1.0) * mag / 8.0).to_le_bytes());
+            out.extend_from_slice(&half::f16::from_f64(-rng.range(0.5, 1.0) * mag).to_le_bytes());
+            out.extend((0..16).map(|_| rng.next_u64() as u8));
+        }),
+        other => panic!("no float weight of {other} in this test"),
+    }
+    out
+}
+
+/// A Llama-shaped problem: [`LLAMA_LAYERS`] layers of the program runtime/src/forward.rs
+/// writes for LINEAR weights (no sub-norms, normal RoPE, SILU), then the final norm, the LM
+/// head over every token and ARGMAX.
+#[derive(Clone, Debug)]
+struct LlamaLayer {
+    dtype: DType,
+    acts: LinearActivations,
+    n: usize,
+    d: usize,
+    ff: usize,
+    vocab: usize,
+    head_dim: usize,
+    kv_heads: usize,
+    pos: u32,
+    seed: u64,
+}
+
+const LLAMA_LAYERS: usize = 2;
+
+impl LlamaLayer {
+    fn kvw(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// x, then per layer the caches, 3 norms... : x, then per layer kc, vc, n1, n2 and the 7
+    /// weights; then the final norm and the head.
+    fn inputs(&self) -> Vec<(String, HostTensor)> {
+        let mut rng = SplitMix64(self.seed);
+        let (d, ff, kvw, n) = (self.d, self.ff, self.kvw(), self.n);
+        let n_ctx = self.pos as usize + n + 1;
+        let mut v = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
+        let weight = |name: String, m: usize, k: usize, rng: &mut SplitMix64| {
+            let bytes = float_weight(self.dtype, m, k, rng, 0.3);
+            let shape = Shape::matrix(m, k).expect("shape");
+            (name.clone(), HostTensor::from_bytes(&name, self.dtype, shape, &bytes).expect("sizes"))
+        };
+        for l in 0..LLAMA_LAYERS {
+            v.push((format!("kc{l}"), matrix("kc", n_ctx, kvw, randn(&mut rng, n_ctx * kvw, 1.0))));
+            v.push((format!("vc{l}"), matrix("vc", n_ctx, kvw, randn(&mut rng, n_ctx * kvw, 1.0))));
+            for name in ["n1", "n2"] {
+                v.push((format!("{name}{l}"), vector(name, (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
+            }
+            for (name, m, k) in [
+                ("wq", d, d),
+                ("wk", kvw, d),
+                ("wv", kvw, d),
+                ("wo", d, d),
+                ("wg", ff, d),
+                ("wu", ff, d),
+                ("wd", d, ff),
+            ] {
+                v.push(weight(format!("{name}{l}"), m, k, &mut rng));
+            }
+        }
+        v.push(("nf".to_string(), vector("nf", (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
+        v.push(weight("head".to_string(), self.vocab, d, &mut rng));
+        v
+    }
+
+    /// Builds the program; returns what to read.
+    fn build(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &dyn Fn(&str) -> String,
+        ids: &[TensorId],
+    ) -> Result<Vec<TensorId>, IsaError> {
+        let (d, ff, kvw, n) = (self.d, self.ff, self.kvw(), self.n);
+        let f = DType::F32;
+        let x = ids[0];
+        let h = b.alloc(&name("h"), f, &[n, d])?;
+        let q = b.alloc(&name("q"), f, &[n, d])?;
+        let k = b.alloc(&name("k"), f, &[n, kvw])?;
+        let v = b.alloc(&name("v"), f, &[n, kvw])?;
+        let att = b.alloc(&name("att"), f, &[n, d])?;
+        let proj = b.alloc(&name("proj"), f, &[n, d])?;
+        let gate = b.alloc(&name("gate"), f, &[n, ff])?;
+        let up = b.alloc(&name("up"), f, &[n, ff])?;
+        let normed = b.alloc(&name("normed"), f, &[n, d])?;
+        let logits = b.alloc(&name("logits"), f, &[n, self.vocab])?;
+        let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
+        let mut it = ids[1..].iter().copied();
+        let mut next =
+            || it.next().ok_or_else(|| IsaError::Invalid { op: "test", reason: "missing input".to_string() });
+        let mut read = vec![x, h, q, k, v, att, proj, gate, up, normed, logits, am];
+        let pos = U32Arg::Const(self.pos);
+        let acts = self.acts;
+        for _ in 0..LLAMA_LAYERS {
+            let (kc, vc, n1, n2) = (next()?, next()?, next()?, next()?);
+            read.extend([kc, vc]);
+            let w: Vec<TensorId> = (0..7).map(|_| next()).collect::<Result<_, _>>()?;
+            b.rms_norm(h, x, n1, 1e-5)?;
+            b.linear_with(q, h, w[0], acts)?;
+            b.linear_with(k, h, w[1], acts)?;
+            b.linear_with(v, h, w[2], acts)?;
+            let hd = self.head_dim as u32;
+            let rope = |out| Rope {
+                out,
+                x: out,
+                head_dim: hd,
+                rot_dim: hd,
+                style: RopeStyle::Normal,
+                base: 5e5f32.into(),
+                pos,
+            };
+            b.rope(rope(q))?;
+            b.rope(rope(k))?;
+            b.kv_write(kc, k, pos)?;
+            b.kv_write(vc, v, pos)?;
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+            b.linear_with(proj, att, w[3], acts)?;
+            b.add(x, x, proj)?;
+            b.rms_norm(h, x, n2, 1e-5)?;
+            b.linear_with(gate, h, w[4], acts)?;
+            b.linear_with(up, h, w[5], acts)?;
+            b.silu(gate, gate)?;
+            b.mul(gate, gate, up)?;
+            b.linear_with(proj, gate, w[6], acts)?;
+            b.add(x, x, proj)?;
+        }
+        let (nf, head) = (next()?, next()?);
+        b.rms_norm(normed, x, nf, 1e-5)?;
+        b.linear_with(logits, normed, head, acts)?;
+        b.argmax(am, logits)?;
+        Ok(read)
+    }
+}
+
+fn llama_case() -> impl Strategy<Value = LlamaLayer> {
+    let kinds = [
+        (DType::F32, LinearActivations::F32),
+        (DType::F16, LinearActivations::F32),
+        (DType::Q8_0, LinearActivations::Int8Blocks),
+        (DType::Q4_1, LinearActivations::Int8Blocks),
+        (DType::Q8_0, LinearActivations::F32),
+    ];
+    (0..5usize, 1..=3usize, 1..=3usize, 0..31usize, 20..700usize, any::<bool>(), 0..3u32, any::<u64>()).prop_map(
+        move |(kind, n, heads, odd, vocab, gqa, pos, seed)| {
+            let (dtype, acts) = kinds[kind];
+            let block = matches!(dtype, DType::Q8_0 | DType::Q4_1);
+            // Rows of block types are whole blocks of 32; float rows any (even head) length.
+            let head_dim = if block { 32 } else { 16 + 2 * (odd % 8) };
+            let heads = 2 * heads;
+            let d = heads * head_dim;
+            let ff = if block { 32 * (1 + odd % 4) + d } else { d + 2 * odd + 1 };
+            let kv_heads = if gqa { heads / 2 } else { heads };
+            LlamaLayer { dtype, acts, n, d, ff, vocab, head_dim, kv_heads, pos, seed }
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Llama-style layers, the final norm, the LM head and ARGMAX, fused and unfused: the
+    /// same bits, and fewer dispatches.
+    #[test]
+    fn llama_layers_fused_equal_unfused_bit_for_bit(c in llama_case(), portable in any::<bool>()) {
+        if gpu_tests_skipped() {
+            return Ok(());
+        }
+        let inputs = c.inputs();
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused(portable, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
+        assert_bits(&fused, &unfused, &format!("{c:?} portable={portable}"))?;
+    }
+}
+
+/// Every pattern of a Llama-style layer is fused: the dispatches of two layers, the final
+/// norm, the head and ARGMAX at one token, fused vs unfused (`dispatched_kernels`), with
+/// int8-block activations (Q8_0) and f32 ones (F16).
 #[test]
-fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
+fn llama_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
         return;
     }
-    let mut rng = SplitMix64(7);
-    let (n, d, ff, vocab, n_ctx, hd) = (3, 96, 160, 300, 6, 32);
-    let mut inputs = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
-    inputs.push(("kc".to_string(), matrix("kc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
-    inputs.push(("vc".to_string(), matrix("vc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
-    for (name, m, k) in [
-        ("wq", d, d),
-        ("wk", d, d),
-        ("wv", d, d),
-        ("wo", d, d),
-        ("wg", ff, d),
-        ("wu", ff, d),
-        ("wd", d, ff),
-        ("head", vocab, d),
+    for (dtype, acts) in [(DType::Q8_0, LinearActivations::Int8Blocks), (DType::F16, LinearActivations::F32)] {
+        let c =
+            LlamaLayer { dtype, acts, n: 1, d: 128, ff: 192, vocab: 300, head_dim: 32, kv_heads: 2, pos: 1, seed: 9 };
+        let inputs = c.inputs();
+        let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{dtype} {acts:?}:\n unfused: {uk:?}\n fused: {fk:?}");
+        let int8 = acts == LinearActivations::Int8Blocks;
+        // The head: (rounding,) the product with the ARGMAX's first pass, its second pass.
+        let head = 2 + usize::from(int8);
+        let (fk_layers, fk_head) = fk.split_at(fk.len() - head - 1); // and the final norm
+        let (uk_layers, _) = uk.split_at(uk.len() - head - 1);
+        assert!(fk_head[0].starts_with("rms_norm.wgsl"), "{fk_head:?}");
+        assert!(
+            fk_head[head - 1].starts_with("linear_argmax.wgsl") && fk_head[head - 1].ends_with(":gemv_rows_argmax"),
+            "{fk_head:?}"
+        );
+        assert!(fk_head[head].ends_with(":argmax_partials"), "{fk_head:?}");
+        let per_layer: Vec<&str> = fk_layers[..fk_layers.len() / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
+        assert_eq!(fk_layers[..per_layer.len()], fk_layers[per_layer.len()..], "both layers alike");
+        let count = |k: &str| per_layer.iter().filter(|s| s.contains(k)).count();
+        // One rounding for q, k, v, one for gate and up (and one each for o and down).
+        assert_eq!(count(":quantize_blocks"), if int8 { 4 } else { 0 }, "{per_layer:?}");
+        // o and down carry the residual add; up the activation and multiply; no elementwise.
+        assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
+        assert_eq!(count("act_mul.wgsl"), 1, "{per_layer:?}");
+        assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
+        assert_eq!(count("rope_kv.wgsl"), 1, "{per_layer:?}");
+        // Unfused: norm, 7 × (rounding +) product, 2 ROPE, 2 KV_WRITE, attention, 2 adds,
+        // norm, SILU, ELEMENT_MUL. Fused: norm, 7 products (+ 4 roundings), ROPE+KV_WRITE,
+        // attention, norm.
+        let attention = count("attention.wgsl");
+        let (unfused_want, fused_want) = if int8 { (24, 14) } else { (17, 10) };
+        assert_eq!(
+            (uk_layers.len() / LLAMA_LAYERS, per_layer.len()),
+            (unfused_want + attention, fused_want + attention),
+            "dispatches per layer, unfused and fused"
+        );
+    }
+}
+
+/// LINEAR's patterns against the reference engine on exact data: integer activations with
+/// max |x| = 127 in every block of 32 (so int8 blocks round nothing: s_b = 1), integer
+/// weights (F16) or Q8_0 codes with d = 1, small residuals in multiples of 1/8: every
+/// product, sum, add, square and multiply is exact or one correctly rounded f32 operation
+/// on both engines, so the outputs must be equal (±0 compare equal). (RELU2 stands in for
+/// SILU, whose own tolerance the elementwise tests hold; the fused SILU is elementwise.wgsl's
+/// bit for bit, as the layer tests show.)
+#[test]
+fn linear_patterns_match_the_reference_exactly() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (seed, dtype, acts) in [
+        (31, DType::Q8_0, LinearActivations::Int8Blocks),
+        (32, DType::F16, LinearActivations::F32),
+        (33, DType::F16, LinearActivations::Int8Blocks),
     ] {
-        inputs.push((name.to_string(), matrix(name, m, k, randn(&mut rng, m * k, 0.2))));
-    }
-    for name in ["n1", "n2", "n3"] {
-        inputs.push((name.to_string(), vector(name, (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
-    }
-    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
-        let f = DType::F32;
-        let [x, kc, vc, wq, wk, wv, wo, wg, wu, wd, head, n1, n2, n3] = ids[..] else {
-            return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+        let mut rng = SplitMix64(seed);
+        let (k, m, vocab) = (96, 45, 77);
+        let mut x = Vec::new();
+        for _ in 0..k / 32 {
+            let start = x.len();
+            x.extend((0..32).map(|_| rng.below(255) as f32 - 127.0));
+            x[start + rng.below(32) as usize] = 127.0 * rng.sign();
+        }
+        let r: Vec<f32> = (0..m).map(|_| (rng.below(1 << 12) as f32 - 2048.0) / 8.0).collect();
+        let mut inputs = vec![("x".to_string(), matrix("x", 1, k, x)), ("r".to_string(), matrix("r", 1, m, r))];
+        let mut weight = |name: &str, rows: usize| {
+            let bytes: Vec<u8> = match dtype {
+                DType::F16 => {
+                    (0..rows * k).flat_map(|_| half::f16::from_f32(rng.below(17) as f32 - 8.0).to_le_bytes()).collect()
+                }
+                _ => (0..rows * k / 32)
+                    .flat_map(|_| {
+                        let mut block = half::f16::ONE.to_le_bytes().to_vec();
+                        block.extend((0..32).map(|_| (rng.below(255) as i32 - 127) as i8 as u8));
+                        block
+                    })
+                    .collect(),
+            };
+            let shape = Shape::matrix(rows, k).expect("shape");
+            (name.to_string(), HostTensor::from_bytes(name, dtype, shape, &bytes).expect("sizes"))
         };
-        let h = b.alloc(&name("h"), f, &[n, d])?;
-        let q = b.alloc(&name("q"), f, &[n, d])?;
-        let k = b.alloc(&name("k"), f, &[n, d])?;
-        let v = b.alloc(&name("v"), f, &[n, d])?;
-        let att = b.alloc(&name("att"), f, &[n, d])?;
-        let p = b.alloc(&name("p"), f, &[n, d])?;
-        let g = b.alloc(&name("g"), f, &[n, ff])?;
-        let u = b.alloc(&name("u"), f, &[n, ff])?;
-        let logits = b.alloc(&name("logits"), f, &[n, vocab])?;
-        let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
-        b.rms_norm(h, x, n1, 1e-5)?;
-        b.linear(q, h, wq)?;
-        b.linear(k, h, wk)?;
-        b.linear(v, h, wv)?;
-        let pos = U32Arg::Const(2);
-        let rope =
-            |out| Rope { out, x: out, head_dim: hd, rot_dim: hd, style: RopeStyle::Normal, base: 5e5f32.into(), pos };
-        b.rope(rope(q))?;
-        b.rope(rope(k))?;
-        b.kv_write(kc, k, pos)?;
-        b.kv_write(vc, v, pos)?;
-        b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
-        b.linear(p, att, wo)?;
-        b.add(x, x, p)?;
-        b.rms_norm(h, x, n2, 1e-5)?;
-        b.linear(g, h, wg)?;
-        b.linear(u, h, wu)?;
-        b.silu(g, g)?;
-        b.mul(g, g, u)?;
-        b.linear(p, g, wd)?;
-        b.add(x, x, p)?;
-        b.rms_norm(h, x, n3, 1e-5)?;
-        b.linear(logits, h, head)?;
-        b.argmax(am, logits)?;
-        Ok(vec![x, h, q, k, v, att, kc, vc, p, g, u, logits, am])
-    };
-    for portable in [false, true] {
-        let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
-        let without_rope_kv: Vec<&String> =
-            uk.iter().filter(|k| !k.starts_with("rope.wgsl") && !k.starts_with("kv_write.wgsl")).collect();
-        let fused_rest: Vec<&String> = fk.iter().filter(|k| !k.starts_with("rope_kv.wgsl")).collect();
-        assert_eq!(fused_rest, without_rope_kv, "the pass fused more than ROPE + KV_WRITE of a Llama layer");
-        assert_eq!(uk.len() - fk.len(), 3, "{fk:?}");
-        assert_bits(&fused, &unfused, "Llama layer").unwrap_or_else(|e| panic!("{e}"));
+        for name in ["w1", "w2", "w3", "wp", "wg", "wu"] {
+            inputs.push(weight(name, m));
+        }
+        inputs.push(weight("head", vocab));
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let [x, r, w1, w2, w3, wp, wg, wu, head] = ids[..] else {
+                return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+            };
+            let f = DType::F32;
+            let y: Vec<TensorId> =
+                (0..6).map(|i| b.alloc(&name(&format!("y{i}")), f, &[1, m])).collect::<Result<_, _>>()?;
+            let logits = b.alloc(&name("logits"), f, &[1, vocab])?;
+            let id = b.alloc(&name("id"), DType::U32, &[1])?;
+            for (out, w) in [(y[0], w1), (y[1], w2), (y[2], w3)] {
+                b.linear_with(out, x, w, acts)?;
+            }
+            b.linear_with(y[3], x, wp, acts)?;
+            b.add(r, y[3], r)?;
+            b.linear_with(y[4], x, wg, acts)?;
+            b.linear_with(y[5], x, wu, acts)?;
+            b.relu2(y[4], y[4])?;
+            b.mul(y[4], y[5], y[4])?;
+            b.linear_with(logits, x, head, acts)?;
+            b.argmax(id, logits)?;
+            Ok(vec![y[0], y[1], y[2], y[3], r, y[4], y[5], logits, id])
+        };
+        for portable in [false, true] {
+            let (fused, unfused, reference, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+            assert!(fk.len() < uk.len(), "{fk:?}");
+            assert_bits(&fused, &unfused, "LINEAR patterns").unwrap_or_else(|e| panic!("{e}"));
+            for (i, (g, w)) in fused.iter().zip(&reference).enumerate() {
+                let (g, w) = (f32s(g), f32s(w));
+                assert!(g == w, "{dtype} {acts:?} portable={portable}: output {i} differs from the reference");
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@
 //!
 //! The fusion pass (`fuse.rs`) reuses these pieces: one `quantize` (or `norm_quant.wgsl`)
 //! for several BITLINEARs of one `x`, the products with an epilogue file in place of
-//! `bitlinear_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
+//! `product_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
 //! for several one-token products in one dispatch.
 //!
 //! The weight is in the ternary layout of `layout.rs` (codes, then scales): one kernel for

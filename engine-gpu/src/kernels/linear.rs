@@ -35,6 +35,7 @@
 use purebee_isa::ops::{Linear, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_memory::DType;
 
+use super::elementwise::BinaryOp;
 use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
 use super::{argmax, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
@@ -123,6 +124,7 @@ pub(crate) fn record_with(
         None => (row_bytes as u64, 0),
     };
     let windows = ctx.row_windows(&w.name, m, &[part0_row, part1_row])?;
+    let store = store(l, epilogue);
     let split = windows.len() > 1;
     // The kernels index elements and bytes of every operand in u32 (within a window).
     u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
@@ -201,43 +203,39 @@ pub(crate) fn record_with(
                     workgroups,
                 }
             }
-            Some(Epilogue::Add { .. } | Epilogue::ActMul { .. }) => {
-                return Err(GpuError::Wgpu("fusion plan: an unsupported LINEAR epilogue".to_string()))
-            }
-            None if n == 1 && k <= GEMV_ROWS_MAX_K => KernelCall {
-                key: PipelineKey {
-                    shader: Shader::Linear,
-                    entry: "gemv_rows",
-                    constants: vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code)],
-                },
-                params: bytemuck::bytes_of(&params).to_vec(),
-                storage,
-                workgroups: ctx.grid_1d(wm, GEMV_WG / GEMV_ROWS_LANES),
-            },
-            None if n == 1 => {
-                let shader = if subgroup { Shader::LinearSubgroup } else { Shader::Linear };
-                KernelCall {
-                    key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
-                    params: bytemuck::bytes_of(&params).to_vec(),
-                    storage,
-                    workgroups: ctx.grid_1d(wm, 1),
-                }
-            }
-            None => {
-                let mut workgroups = ctx.grid_1d(wm, TILE_M);
-                workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
-                if workgroups[2] > ctx.max_workgroups {
-                    return Err(too_large("the token count"));
-                }
-                KernelCall {
-                    key: PipelineKey {
-                        shader: Shader::Linear,
-                        entry: "tiled",
-                        constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
-                    },
-                    params: bytemuck::bytes_of(&params).to_vec(),
-                    storage,
-                    workgroups,
+            _ => {
+                // The plain store, or a fused epilogue in its place (the same kernels).
+                let (mut constants, (portable, subgroups)) = (vec![("WG", GEMV_WG), ("DTYPE", code)], store.0);
+                constants.extend(store.1.iter().copied());
+                storage.extend(store.2.iter().copied());
+                if n == 1 && k <= GEMV_ROWS_MAX_K {
+                    constants.push(("LANES", GEMV_ROWS_LANES));
+                    KernelCall {
+                        key: PipelineKey { shader: portable, entry: "gemv_rows", constants },
+                        params: bytemuck::bytes_of(&params).to_vec(),
+                        storage,
+                        workgroups: ctx.grid_1d(wm, GEMV_WG / GEMV_ROWS_LANES),
+                    }
+                } else if n == 1 {
+                    let shader = if subgroup { subgroups } else { portable };
+                    KernelCall {
+                        key: PipelineKey { shader, entry: "gemv", constants },
+                        params: bytemuck::bytes_of(&params).to_vec(),
+                        storage,
+                        workgroups: ctx.grid_1d(wm, 1),
+                    }
+                } else {
+                    let mut workgroups = ctx.grid_1d(wm, TILE_M);
+                    workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
+                    if workgroups[2] > ctx.max_workgroups {
+                        return Err(too_large("the token count"));
+                    }
+                    KernelCall {
+                        key: PipelineKey { shader: portable, entry: "tiled", constants },
+                        params: bytemuck::bytes_of(&params).to_vec(),
+                        storage,
+                        workgroups,
+                    }
                 }
             }
         });
@@ -246,6 +244,31 @@ pub(crate) fn record_with(
         calls.push(argmax::partials(ctx, ids, slots(m))?);
     }
     Ok(calls)
+}
+
+/// The shaders (portable, subgroup), the extra override constants and the extra storage
+/// bindings of the product kernels' store: `product_store.wgsl`, or an epilogue in its
+/// place (`residual_add.wgsl`, `act_mul.wgsl`; bindings 8 and 9 as for BITLINEAR).
+#[allow(clippy::type_complexity)]
+fn store(l: &Linear, epilogue: Option<Epilogue>) -> ((Shader, Shader), Vec<(&'static str, u32)>, Vec<(u32, Storage)>) {
+    match epilogue {
+        Some(Epilogue::Add { residual, sum, write_out }) => {
+            let inplace = sum == residual;
+            // In place, the weight stands in at binding 8 (read-only, unread).
+            let residual = if inplace { Storage::Tensor(l.weight, 0) } else { Storage::Tensor(residual, 0) };
+            (
+                (Shader::LinearAdd, Shader::LinearAddSubgroup),
+                vec![("WRITE_OUT", u32::from(write_out)), ("RES_INPLACE", u32::from(inplace))],
+                vec![(8, residual), (9, Storage::Tensor(sum, 0))],
+            )
+        }
+        Some(Epilogue::ActMul { gated, op, write_out }) => (
+            (Shader::LinearActMul, Shader::LinearActMulSubgroup),
+            vec![("WRITE_OUT", u32::from(write_out)), ("UNARY_OP", op as u32), ("BINARY_OP", BinaryOp::Mul as u32)],
+            vec![(9, Storage::Tensor(gated, 0))],
+        ),
+        None | Some(Epilogue::Argmax { .. }) => ((Shader::Linear, Shader::LinearSubgroup), vec![], vec![]),
+    }
 }
 
 /// The (key, index) slots of an LM head of `m` rows: one per [`PART_ROWS`] rows.

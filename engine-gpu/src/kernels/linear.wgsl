@@ -2,7 +2,9 @@
 // (kernels/layout.rs) exactly as memory::quant decodes them, products summed in f32.
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32), then
-// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1).
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1); followed by the file that
+// defines store_out(i, v), what the products do with output element i: product_store.wgsl
+// (write it to `out`), or a fused epilogue (residual_add.wgsl, act_mul.wgsl).
 //
 // Entry points:
 // - quantize_blocks (Int8Blocks activations, before gemv, gemv_rows or tiled): one
@@ -248,7 +250,7 @@ fn gemv(ids: Ids) {
     let tok = ids.wid.z;
     let total = gemv_total(row, tok, ids);
     if (row < p.m && ids.lidx == 0u) {
-        out[tok * p.out_stride + p.row0 + row] = total;
+        store_out(tok * p.out_stride + p.row0 + row, total);
     }
 }
 
@@ -286,7 +288,7 @@ fn gemv_rows(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) 
     let tok = wid.z;
     let total = rows_total(row, tok, lidx);
     if (row < p.m && lidx % LANES == 0u) {
-        out[tok * p.out_stride + p.row0 + row] = total;
+        store_out(tok * p.out_stride + p.row0 + row, total);
     }
 }
 
@@ -347,7 +349,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             let r = row0 + tr + 16u * i;
             let t = tok0 + tt + 16u * j;
             if (r < p.m && t < p.n) {
-                out[t * p.out_stride + p.row0 + r] = acc[2u * i + j];
+                store_out(t * p.out_stride + p.row0 + r, acc[2u * i + j]);
             }
         }
     }

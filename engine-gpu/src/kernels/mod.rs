@@ -48,7 +48,17 @@ pub(crate) enum Shader {
     ArgmaxSubgroup,
     /// `embed.wgsl`: EMBED.
     Embed,
-    /// `linear_argmax.wgsl` after `linear.wgsl` and `argmax_key.wgsl` (a one-token LINEAR
+    /// `linear.wgsl` with the `residual_add.wgsl` epilogue (fused LINEAR + TENSOR_ADD),
+    /// portable reductions.
+    LinearAdd,
+    /// `linear.wgsl` with the `residual_add.wgsl` epilogue, subgroup reductions.
+    LinearAddSubgroup,
+    /// `linear.wgsl` with the `act_mul.wgsl` epilogue (fused up LINEAR + SILU/RELU2/GELU +
+    /// ELEMENT_MUL), portable reductions.
+    LinearActMul,
+    /// `linear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
+    LinearActMulSubgroup,
+    /// `linear_argmax.wgsl` after `linear.wgsl`, `product_store.wgsl` and `argmax_key.wgsl` (a one-token LINEAR
     /// with the first pass of the ARGMAX of its output), portable reductions.
     LinearArgmax,
     /// `linear_argmax.wgsl`, subgroup reductions.
@@ -81,7 +91,7 @@ pub(crate) enum Shader {
     BitlinearActMul,
     /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
     BitlinearActMulSubgroup,
-    /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `bitlinear_store.wgsl` and
+    /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `product_store.wgsl` and
     /// `elementwise_ops.wgsl` (several one-token BITLINEAR products in one dispatch),
     /// portable reductions.
     BitlinearMulti,
@@ -108,6 +118,10 @@ impl Shader {
             Shader::Argmax => "argmax.wgsl",
             Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
             Shader::Embed => "embed.wgsl",
+            Shader::LinearAdd => "linear.wgsl+residual_add.wgsl",
+            Shader::LinearAddSubgroup => "linear.wgsl+residual_add.wgsl (subgroups)",
+            Shader::LinearActMul => "linear.wgsl+act_mul.wgsl",
+            Shader::LinearActMulSubgroup => "linear.wgsl+act_mul.wgsl (subgroups)",
             Shader::LinearArgmax => "linear_argmax.wgsl",
             Shader::LinearArgmaxSubgroup => "linear_argmax.wgsl (subgroups)",
             Shader::Linear => "linear.wgsl",
@@ -147,10 +161,37 @@ impl Shader {
                 include_str!("argmax_key.wgsl"),
                 include_str!("argmax.wgsl")
             ),
+            Shader::LinearAdd => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::LinearAddSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::LinearActMul => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
+            Shader::LinearActMulSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
             Shader::LinearArgmax => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl"),
                 include_str!("argmax_key.wgsl"),
                 include_str!("linear_argmax.wgsl")
             ),
@@ -158,6 +199,7 @@ impl Shader {
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl"),
                 include_str!("argmax_key.wgsl"),
                 include_str!("linear_argmax.wgsl")
             ),
@@ -165,25 +207,27 @@ impl Shader {
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
-                include_str!("linear.wgsl")
+                include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl")
             ),
             Shader::LinearSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
-                include_str!("linear.wgsl")
+                include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl")
             ),
             Shader::Bitlinear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
-                include_str!("bitlinear_store.wgsl")
+                include_str!("product_store.wgsl")
             ),
             Shader::BitlinearSubgroup => {
                 concat!(
                     include_str!("reduce_subgroup.wgsl"),
                     include_str!("act_quant.wgsl"),
                     include_str!("bitlinear.wgsl"),
-                    include_str!("bitlinear_store.wgsl")
+                    include_str!("product_store.wgsl")
                 )
             }
             Shader::BitlinearAdd => concat!(
@@ -216,7 +260,7 @@ impl Shader {
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
-                include_str!("bitlinear_store.wgsl"),
+                include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("bitlinear_multi.wgsl")
             ),
@@ -224,7 +268,7 @@ impl Shader {
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
-                include_str!("bitlinear_store.wgsl"),
+                include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("bitlinear_multi.wgsl")
             ),
