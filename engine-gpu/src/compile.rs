@@ -110,6 +110,10 @@ pub(crate) fn compile(
             fuse::Unit::RopeKv { first, write_k } => {
                 calls[*first] = fuse::record_rope_kv(&rctx, instructions, *first, *write_k)?;
             }
+            fuse::Unit::Linear(g) => calls[g.range().start] = fuse::record_linear(&rctx, instructions, g)?,
+            fuse::Unit::HeadArgmax { first, write_out } => {
+                calls[*first] = fuse::record_head_argmax(&rctx, instructions, *first, *write_out)?;
+            }
         }
     }
     let mut scratch_sizes: HashMap<ScratchKey, u64> = HashMap::new();

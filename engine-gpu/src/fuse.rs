@@ -29,13 +29,13 @@
 
 use std::ops::Range;
 
-use purebee_isa::ops::{Binary, BitLinear, RmsNorm};
+use purebee_isa::ops::{Binary, BitLinear, Linear, LinearActivations, RmsNorm};
 use purebee_isa::Instruction;
 use purebee_memory::{DType, TensorId};
 
 use crate::kernels::bitlinear::{self, Epilogue};
 use crate::kernels::elementwise::UnaryOp;
-use crate::kernels::{norm_quant, rope_kv, KernelCall, RecordCtx};
+use crate::kernels::{linear, norm_quant, rope_kv, KernelCall, RecordCtx};
 use crate::GpuError;
 
 /// The patterns the pass matches. A fused group may combine several (an RMS_NORM
@@ -47,7 +47,11 @@ pub(crate) enum Pattern {
     /// or the fused norm below) is computed once, into the activation scratch buffers, and
     /// every BITLINEAR's product reads it. Sound because no BITLINEAR writes its own `x`
     /// (the ISA requires `out` distinct from the inputs), so `x` is unchanged between them,
-    /// and the quantization depends on `x` alone. (q/k/v; gate/up.)
+    /// and the quantization depends on `x` alone. (q/k/v; gate/up.) Likewise consecutive
+    /// LINEARs with int8-block activations that read the same `x`: the first one's
+    /// `quantize_blocks` fills the rounded-activation scratch buffer once for every product
+    /// ([`Unit::Linear`]; LINEARs with f32 activations share nothing and stay separate
+    /// unless an epilogue follows).
     SharedQuantization,
     /// RMS_NORM(h, x) immediately followed by BITLINEARs reading `h` (also in place,
     /// `h == x`: a norm just before a projection): one `norm_quant.wgsl` dispatch normalizes each row
@@ -63,7 +67,10 @@ pub(crate) enum Pattern {
     /// scale (bound read-only by the product), and the device to allow 8 storage buffers
     /// per stage. (The product reads only the scratch activations, so `o` or `r` may be the
     /// quantized tensor; when `r` is a fused norm's output, the dead-store rule sees the
-    /// add read it and keeps the norm's write.)
+    /// add read it and keeps the norm's write.) Likewise after LINEAR(p, x, W): the same
+    /// epilogue file replaces `product_store.wgsl` after `linear.wgsl`'s products (`gemv`,
+    /// `gemv_rows`, `tiled`, every row window), which compute the same sums; needs `o` to
+    /// differ from `x` and `W` (bound read-only) and 6 storage buffers per stage.
     ResidualEpilogue,
     /// BITLINEAR(u, ·) (the last of its group: gate and up share the quantization)
     /// immediately followed by ACT(g, g) (SILU, RELU2 or GELU, in place) and
@@ -73,7 +80,8 @@ pub(crate) enum Pattern {
     /// elementwise kernels' own operations (bit-identical); u is written only when that
     /// write is not dead. Needs g to differ from the weight and the output scale (bound
     /// read-only by the product). (gate/up + RELU2 or SILU +
-    /// ELEMENT_MUL.)
+    /// ELEMENT_MUL.) Likewise after the up LINEAR (of any weight type and activations), g
+    /// differing from its `x` and `W`.
     ActMulEpilogue,
     /// ROPE(q, q) ; ROPE(k, k) ; KV_WRITE(kc, k) ; KV_WRITE(vc, v), in that order: one
     /// `rope_kv.wgsl` dispatch rotating q and k and appending the rotated k and v to the
@@ -97,6 +105,16 @@ pub(crate) enum Pattern {
     /// reduces it). Needs one ternary type, all or none of the output scales, and 11
     /// storage buffers per stage; otherwise the up product carries the epilogue alone.
     GatedPair,
+    /// LINEAR(y, x, W) of one token immediately followed by ARGMAX(id, y), `y` not `x`
+    /// (the LM head and greedy decoding): the product kernel also writes, per workgroup of
+    /// 8 rows, the order key and index of their largest value (`linear_argmax.wgsl`, with
+    /// gemv's or gemv_rows' arithmetic per row and argmax.wgsl's comparison), and one small
+    /// dispatch (`argmax_partials`) reduces those slots to `id`, instead of ARGMAX's one
+    /// workgroup reading the whole row. Every row window of a weight larger than one
+    /// binding writes its own slots. `y` is written only when that write is not dead (the
+    /// host may read the logits: usually it is kept). Needs `y` to fit one binding.
+    #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::HeadArgmax
+    ArgmaxPartials,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -149,10 +167,44 @@ impl QuantGroup {
         match self.tail.map(|t| t.epilogue) {
             Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
             Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
+            Some(Epilogue::Argmax { .. }) => p.push(Pattern::ArgmaxPartials),
             None => {}
         }
         if self.merged {
             p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
+        }
+        p
+    }
+}
+
+/// Consecutive LINEARs that read one `x` with one activations option, and an optional
+/// epilogue after the last of them (a residual add, or an activation and a multiply).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LinearGroup {
+    pub linears: Vec<usize>,
+    pub tail: Option<TailPart>,
+    /// Int8-block activations: the first LINEAR's rounding of `x` serves them all.
+    pub int8: bool,
+}
+
+impl LinearGroup {
+    /// The instructions the group covers.
+    pub fn range(&self) -> Range<usize> {
+        let last = self.tail.map_or(self.linears[self.linears.len() - 1], |a| a.last);
+        self.linears[0]..last + 1
+    }
+
+    /// The patterns the group applies.
+    pub fn patterns(&self) -> Vec<Pattern> {
+        let mut p = Vec::new();
+        if self.int8 && self.linears.len() > 1 {
+            p.push(Pattern::SharedQuantization);
+        }
+        match self.tail.map(|t| t.epilogue) {
+            Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
+            Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
+            Some(Epilogue::Argmax { .. }) => p.push(Pattern::ArgmaxPartials),
+            None => {}
         }
         p
     }
@@ -168,6 +220,10 @@ pub(crate) enum Unit {
     Quant(QuantGroup),
     /// [`Pattern::RopeKvWrite`]: the four instructions from `first`.
     RopeKv { first: usize, write_k: bool },
+    /// [`Pattern::ArgmaxPartials`]: the LINEAR at `first`, then its ARGMAX.
+    HeadArgmax { first: usize, write_out: bool },
+    /// LINEARs of one `x` and an epilogue.
+    Linear(LinearGroup),
 }
 
 /// The fusion plan of a program: units covering every instruction once, in order.
@@ -190,6 +246,8 @@ impl Plan {
             .flat_map(|u| match u {
                 Unit::Quant(g) => g.patterns(),
                 Unit::RopeKv { .. } => vec![Pattern::RopeKvWrite],
+                Unit::HeadArgmax { .. } => vec![Pattern::ArgmaxPartials],
+                Unit::Linear(g) => g.patterns(),
                 Unit::Single(_) => vec![],
             })
             .collect()
@@ -202,8 +260,10 @@ pub(crate) struct Limits {
     pub max_storage_buffers: u32,
 }
 
-/// Storage buffers the residual-add product binds (bindings 2..=9).
+/// Storage buffers the residual-add BITLINEAR product binds (bindings 2..=9).
 const ADD_STORAGE_BUFFERS: u32 = 8;
+/// Storage buffers the residual-add LINEAR product binds (bindings 1..=4, 8, 9).
+const LINEAR_ADD_STORAGE_BUFFERS: u32 = 6;
 
 /// Plans the fusion of `instructions` (see the module docs).
 pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction]) -> Plan {
@@ -215,16 +275,20 @@ pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
             i += 4;
             continue;
         }
-        match group_at(ctx, limits, instructions, i) {
-            Some(g) => {
-                let r = g.range();
-                units.push(Unit::Quant(g));
-                i = r.end;
-            }
-            None => {
-                units.push(Unit::Single(i));
-                i += 1;
-            }
+        if let Some(write_out) = head_argmax_at(ctx, instructions, i) {
+            units.push(Unit::HeadArgmax { first: i, write_out });
+            i += 2;
+            continue;
+        }
+        if let Some(g) = group_at(ctx, limits, instructions, i) {
+            i = g.range().end;
+            units.push(Unit::Quant(g));
+        } else if let Some(g) = linear_group_at(ctx, limits, instructions, i) {
+            i = g.range().end;
+            units.push(Unit::Linear(g));
+        } else {
+            units.push(Unit::Single(i));
+            i += 1;
         }
     }
     Plan { units }
@@ -243,6 +307,117 @@ pub(crate) fn record_rope_kv(
         }
         _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not ROPE, ROPE, KV_WRITE, KV_WRITE"))),
     }
+}
+
+/// The kernel calls of a [`Unit::Linear`] group: the products in order, the first rounding
+/// `x` to int8 blocks for all (when they ask for it), the last with the epilogue.
+pub(crate) fn record_linear(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    g: &LinearGroup,
+) -> Result<Vec<KernelCall>, GpuError> {
+    let mut calls = Vec::new();
+    for (j, &li) in g.linears.iter().enumerate() {
+        let Some(Instruction::Linear(l)) = instructions.get(li) else {
+            return Err(GpuError::Wgpu(format!("fusion plan: instruction {li} is not a LINEAR")));
+        };
+        let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
+        calls.extend(linear::record_with(ctx, l, j == 0, epilogue)?);
+    }
+    Ok(calls)
+}
+
+/// The LINEAR group starting at instruction `i`, if one does and fuses anything.
+fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
+    let Some(Instruction::Linear(l0)) = instructions.get(i) else { return None };
+    let mut linears = vec![i];
+    let mut j = i + 1;
+    while let Some(Instruction::Linear(l)) = instructions.get(j) {
+        if l.x != l0.x || l.activations != l0.activations {
+            break;
+        }
+        linears.push(j);
+        j += 1;
+    }
+    let last = j - 1;
+    let Some(Instruction::Linear(ll)) = instructions.get(last) else { return None };
+    let product = Product::of_linear(ll);
+    let tail = match (instructions.get(j), instructions.get(j + 1)) {
+        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, &product, a).map(|residual| TailPart {
+            last: j,
+            epilogue: Epilogue::Add {
+                residual,
+                sum: a.out,
+                write_out: !write_is_dead(instructions, last, ll.out, &[j]),
+            },
+        }),
+        (Some(act), Some(Instruction::ElementMul(mul))) => {
+            act_mul_of(ctx, &product, act, mul).map(|(gated, op)| TailPart {
+                last: j + 1,
+                epilogue: Epilogue::ActMul {
+                    gated,
+                    op,
+                    write_out: !write_is_dead(instructions, last, ll.out, &[j + 1]),
+                },
+            })
+        }
+        _ => None,
+    };
+    let int8 = l0.activations == LinearActivations::Int8Blocks;
+    let g = LinearGroup { linears, tail, int8 };
+    (!g.patterns().is_empty()).then_some(g)
+}
+
+/// What the epilogue preconditions look at in a product (BITLINEAR or LINEAR).
+struct Product {
+    out: TensorId,
+    /// Tensors the product kernel binds read-only (an epilogue's output must be none).
+    read_only: Vec<TensorId>,
+    /// Storage buffers the product binds with the residual add.
+    add_storage_buffers: u32,
+}
+
+impl Product {
+    fn of_bitlinear(b: &BitLinear) -> Product {
+        Product {
+            out: b.out,
+            read_only: [b.weight].into_iter().chain(b.scale).collect(),
+            add_storage_buffers: ADD_STORAGE_BUFFERS,
+        }
+    }
+
+    fn of_linear(l: &Linear) -> Product {
+        // x (binding 1: with int8 blocks the scratch buffer, but x is read by the rounding).
+        Product { out: l.out, read_only: vec![l.weight, l.x], add_storage_buffers: LINEAR_ADD_STORAGE_BUFFERS }
+    }
+}
+
+/// The dispatches of a [`Pattern::ArgmaxPartials`] unit.
+pub(crate) fn record_head_argmax(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    first: usize,
+    write_out: bool,
+) -> Result<Vec<KernelCall>, GpuError> {
+    match instructions.get(first..first + 2) {
+        Some([Instruction::Linear(l), Instruction::Argmax(a)]) => {
+            linear::record_with(ctx, l, true, Some(Epilogue::Argmax { ids: a.out, write_out }))
+        }
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not LINEAR, ARGMAX"))),
+    }
+}
+
+/// `Some(write_out)` when a [`Pattern::ArgmaxPartials`] starts at instruction `i`.
+fn head_argmax_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option<bool> {
+    let [Instruction::Linear(l), Instruction::Argmax(a)] = instructions.get(i..i + 2)? else { return None };
+    let ok = a.x == l.out && l.x != l.out && tokens(ctx, l) == Some(1) && fits(ctx, l.out);
+    ok.then(|| !write_is_dead(instructions, i, l.out, &[i + 1]))
+}
+
+/// The tokens (rows of the output) of a LINEAR, `None` when it has no output.
+fn tokens(ctx: &RecordCtx, l: &Linear) -> Option<usize> {
+    let m = ctx.desc(l.weight).ok()?.shape.rows();
+    ctx.desc(l.out).ok()?.shape.numel().checked_div(m)
 }
 
 /// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`.
@@ -387,28 +562,24 @@ fn norm_fusable(ctx: &RecordCtx, n: &RmsNorm) -> bool {
         && fits(ctx, n.weight)
 }
 
-/// The residual operand of `add` when it can be the epilogue of BITLINEAR `b`.
-fn epilogue_of(ctx: &RecordCtx, limits: &Limits, b: &BitLinear, add: &Binary) -> Option<TensorId> {
-    if limits.max_storage_buffers < ADD_STORAGE_BUFFERS {
+/// The residual operand of `add` when it can be the epilogue of product `p`.
+fn epilogue_of(ctx: &RecordCtx, limits: &Limits, p: &Product, add: &Binary) -> Option<TensorId> {
+    if limits.max_storage_buffers < p.add_storage_buffers {
         return None;
     }
-    let r = match (add.a == b.out, add.b == b.out) {
+    let r = match (add.a == p.out, add.b == p.out) {
         (true, false) => add.b,
         (false, true) => add.a,
         _ => return None,
     };
-    let mut bound_read_only = [b.weight].into_iter().chain(b.scale);
-    let ok = add.out != b.out
-        && !bound_read_only.any(|id| id == add.out)
-        && fits(ctx, r)
-        && fits(ctx, add.out)
-        && fits(ctx, b.out);
+    let ok =
+        add.out != p.out && !p.read_only.contains(&add.out) && fits(ctx, r) && fits(ctx, add.out) && fits(ctx, p.out);
     ok.then_some(r)
 }
 
-/// The gate tensor and the activation when `act` then `mul` can be the epilogue of
-/// BITLINEAR `b` (pattern [`Pattern::ActMulEpilogue`]).
-fn act_mul_of(ctx: &RecordCtx, b: &BitLinear, act: &Instruction, mul: &Binary) -> Option<(TensorId, UnaryOp)> {
+/// The gate tensor and the activation when `act` then `mul` can be the epilogue of product
+/// `p` (pattern [`Pattern::ActMulEpilogue`]).
+fn act_mul_of(ctx: &RecordCtx, p: &Product, act: &Instruction, mul: &Binary) -> Option<(TensorId, UnaryOp)> {
     let (op, a) = match act {
         Instruction::Silu(a) => (UnaryOp::Silu, a),
         Instruction::Relu2(a) => (UnaryOp::Relu2, a),
@@ -416,8 +587,8 @@ fn act_mul_of(ctx: &RecordCtx, b: &BitLinear, act: &Instruction, mul: &Binary) -
         _ => return None,
     };
     let g = a.out;
-    let operands_ok = a.x == g && mul.out == g && ((mul.a == g && mul.b == b.out) || (mul.a == b.out && mul.b == g));
-    let ok = operands_ok && g != b.out && g != b.weight && b.scale != Some(g) && fits(ctx, g) && fits(ctx, b.out);
+    let operands_ok = a.x == g && mul.out == g && ((mul.a == g && mul.b == p.out) || (mul.a == p.out && mul.b == g));
+    let ok = operands_ok && g != p.out && !p.read_only.contains(&g) && fits(ctx, g) && fits(ctx, p.out);
     ok.then_some((g, op))
 }
 
@@ -488,8 +659,9 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     }
     let last = linears[linears.len() - 1];
     let Some(Instruction::BitLinear(bl)) = instructions.get(last) else { return None };
+    let product = Product::of_bitlinear(bl);
     let tail = match (instructions.get(j), instructions.get(j + 1)) {
-        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, bl, a).map(|residual| TailPart {
+        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, &product, a).map(|residual| TailPart {
             last: j,
             epilogue: Epilogue::Add {
                 residual,
@@ -497,10 +669,16 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
                 write_out: !write_is_dead(instructions, last, bl.out, &[j]),
             },
         }),
-        (Some(act), Some(Instruction::ElementMul(mul))) => act_mul_of(ctx, bl, act, mul).map(|(gated, op)| TailPart {
-            last: j + 1,
-            epilogue: Epilogue::ActMul { gated, op, write_out: !write_is_dead(instructions, last, bl.out, &[j + 1]) },
-        }),
+        (Some(act), Some(Instruction::ElementMul(mul))) => {
+            act_mul_of(ctx, &product, act, mul).map(|(gated, op)| TailPart {
+                last: j + 1,
+                epilogue: Epilogue::ActMul {
+                    gated,
+                    op,
+                    write_out: !write_is_dead(instructions, last, bl.out, &[j + 1]),
+                },
+            })
+        }
         _ => None,
     };
     let norm =
@@ -687,7 +865,7 @@ mod tests {
             .iter()
             .filter_map(|u| match u {
                 Unit::Quant(g) => Some(g),
-                Unit::Single(_) | Unit::RopeKv { .. } => None,
+                Unit::Single(_) | Unit::RopeKv { .. } | Unit::HeadArgmax { .. } | Unit::Linear(_) => None,
             })
             .collect();
         assert_eq!(groups.len(), 8);
@@ -739,12 +917,90 @@ mod tests {
             .iter()
             .filter_map(|u| match u {
                 Unit::Quant(g) => g.norm.map(|n| n.write_out),
-                Unit::Single(_) | Unit::RopeKv { .. } => None,
+                Unit::Single(_) | Unit::RopeKv { .. } | Unit::HeadArgmax { .. } | Unit::Linear(_) => None,
             })
             .collect();
         assert_eq!(writes, [true, false]);
         // The last write of a tensor is kept: y's, with nothing after it.
         assert!(!write_is_dead(p.instructions(), 4, y, &[]));
+    }
+
+    #[test]
+    fn a_one_token_head_and_its_argmax_fuse() {
+        // LINEAR of `tokens` tokens then ARGMAX; `overwrite`: the logits written again after.
+        let build = |tokens: usize, overwrite: bool| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let f = DType::F32;
+            let h = b.declare("h", f, &[tokens, 64]).expect("valid");
+            let w = b.declare("w", DType::F16, &[300, 64]).expect("valid");
+            let logits = b.declare("logits", f, &[tokens, 300]).expect("valid");
+            let id = b.declare("id", DType::U32, &[tokens]).expect("valid");
+            b.linear(logits, h, w).expect("valid");
+            b.argmax(id, logits).expect("valid");
+            if overwrite {
+                b.linear(logits, h, w).expect("valid");
+            }
+            let p = b.finish();
+            plan(&ctx(&reg), &LIMITS, p.instructions())
+        };
+        // The logits are the program's last write: kept.
+        assert_eq!(build(1, false).units, [Unit::HeadArgmax { first: 0, write_out: true }]);
+        assert_eq!(build(1, false).patterns(), [Pattern::ArgmaxPartials]);
+        // Overwritten with no read between but the ARGMAX the kernel serves: dead.
+        assert_eq!(build(1, true).units[0], Unit::HeadArgmax { first: 0, write_out: false });
+        // Several tokens (the tiled kernel): unfused.
+        assert_eq!(build(2, false), Plan::unfused(2));
+    }
+
+    #[test]
+    fn a_float_block_matches_its_patterns() {
+        use Pattern::*;
+        // The block runtime/src/forward.rs writes for float or block-quantized weights (the
+        // attention part stood in for by an ADD), with f32 or int8-block activations.
+        let build = |acts: LinearActivations| {
+            let mut reg = Registry::new();
+            let mut b = ProgramBuilder::new("p", &mut reg);
+            let (f, d, ff) = (DType::F32, 64, 96);
+            let x = b.declare("x", f, &[1, d]).expect("valid");
+            let h = b.declare("h", f, &[1, d]).expect("valid");
+            let q = b.declare("q", f, &[1, d]).expect("valid");
+            let k = b.declare("k", f, &[1, d]).expect("valid");
+            let v = b.declare("v", f, &[1, d]).expect("valid");
+            let att = b.declare("att", f, &[1, d]).expect("valid");
+            let proj = b.declare("proj", f, &[1, d]).expect("valid");
+            let gate = b.declare("gate", f, &[1, ff]).expect("valid");
+            let up = b.declare("up", f, &[1, ff]).expect("valid");
+            let nw = b.declare("nw", f, &[d]).expect("valid");
+            let wd = b.declare("wd", DType::Q8_0, &[d, d]).expect("valid");
+            let wu = b.declare("wu", DType::Q8_0, &[ff, d]).expect("valid");
+            let wdn = b.declare("wdn", DType::Q8_0, &[d, ff]).expect("valid");
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            for (out, w) in [(q, wd), (k, wd), (v, wd)] {
+                b.linear_with(out, h, w, acts).expect("valid");
+            }
+            b.add(att, q, k).expect("valid");
+            b.linear_with(proj, att, wd, acts).expect("valid");
+            b.add(x, x, proj).expect("valid");
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            b.linear_with(gate, h, wu, acts).expect("valid");
+            b.linear_with(up, h, wu, acts).expect("valid");
+            b.silu(gate, gate).expect("valid");
+            b.mul(gate, gate, up).expect("valid");
+            b.linear_with(proj, gate, wdn, acts).expect("valid");
+            b.add(x, x, proj).expect("valid");
+            let p = b.finish();
+            plan(&ctx(&reg), &LIMITS, p.instructions())
+        };
+        let int8 = build(LinearActivations::Int8Blocks);
+        let want = [SharedQuantization, ResidualEpilogue, SharedQuantization, ActMulEpilogue, ResidualEpilogue];
+        assert_eq!(int8.patterns(), want);
+        // RMS_NORM, q/k/v, ADD(att), o + add, RMS_NORM, gate/up + act + mul, down + add.
+        assert_eq!(int8.units.len(), 7);
+        // f32 activations: q, k and v share nothing.
+        let f32 = build(LinearActivations::F32);
+        assert_eq!(f32.patterns(), [ResidualEpilogue, ActMulEpilogue, ResidualEpilogue]);
+        assert_eq!(f32.units.len(), 9);
     }
 
     #[test]
@@ -757,10 +1013,11 @@ mod tests {
         let y = b.declare("y", f, &[1, 128]).expect("valid");
         let nw = b.declare("nw", f, &[128]).expect("valid");
         let wf = b.declare("wf", f, &[128, 128]).expect("valid");
-        // Float weights: RMS_NORM then LINEAR, then an add: nothing to fuse.
+        // RMS_NORM then LINEAR, then an add into the LINEAR's own x (bound read-only by the
+        // product): nothing to fuse.
         b.rms_norm(h, x, nw, 1e-5).expect("valid");
         b.linear(y, h, wf).expect("valid");
-        b.add(x, x, y).expect("valid");
+        b.add(h, h, y).expect("valid");
         let p = b.finish();
         let pl = plan(&ctx(&reg), &LIMITS, p.instructions());
         assert_eq!(pl, Plan::unfused(3));

@@ -74,6 +74,17 @@ pub fn windowed_pair() -> MutexGuard<'static, Pair> {
     lock(PAIR.get_or_init(|| new_pair(GpuOptions { max_binding: Some(256 * 1024), ..GpuOptions::default() })))
 }
 
+/// [`windowed_pair`] with the compiler's fusion pass off, for comparing fused programs over
+/// row windows with unfused ones.
+pub fn windowed_unfused_pair() -> MutexGuard<'static, Pair> {
+    static PAIR: OnceLock<Mutex<Pair>> = OnceLock::new();
+    lock(
+        PAIR.get_or_init(|| {
+            new_pair(GpuOptions { max_binding: Some(256 * 1024), fuse: false, ..GpuOptions::default() })
+        }),
+    )
+}
+
 /// A GPU pair whose engine has the compiler's fusion pass off (`GpuOptions { fuse: false,
 /// .. }`), subgroups as [`pair_for`]'s `portable` says: every instruction on its own
 /// kernels, for comparing fused programs with unfused ones.

@@ -6,13 +6,18 @@
 //! arithmetic at rms_norm's workgroup size, then `quantize`'s exact integer maximum and
 //! correctly rounded scale; the residual and activation epilogues are the elementwise
 //! kernels' operations (elementwise_ops.wgsl); rope_kv.wgsl is rope.wgsl's rotation
-//! (rope_math.wgsl); gemv_multi and gemv_gated are gemv's per-row sums and reductions; a
-//! shared quantization is the same quantization computed once), so a fused program must
+//! (rope_math.wgsl); gemv_multi and gemv_gated are gemv's per-row sums and reductions;
+//! linear_argmax.wgsl computes each row with linear.wgsl's own gemv_total / rows_total and
+//! compares with argmax.wgsl's argmax_key; a shared quantization or int8-block rounding is
+//! the same one computed once), so a fused program must
 //! give exactly the unfused program's bits in every tensor the host can read.
 //! Checked on whole BitNet layers (two of them, with ROPE, KV_WRITE and ATTENTION, one
 //! token through `gemv` and several through `tiled`, every ternary format, with and without
-//! output scales, subgroup and portable kernels), a Llama-style layer (LINEAR: nothing of it
-//! is fused, and the pass must leave it alone) and a final norm + LM head + ARGMAX.
+//! output scales, subgroup and portable kernels), Llama-style layers (LINEAR of F32, F16,
+//! Q8_0 and Q4_1 weights, f32 and int8-block activations, random odd shapes, one token and
+//! several) with a final norm + LM head + ARGMAX; and
+//! one-token LM heads with their ARGMAX (F32, F16, Q8_0 weights, f32 or int8-block
+//! activations, `gemv_rows` and `gemv` rows, row windows, tied maxima and NaN logits).
 //! Since the unfused kernels are held to the reference by the per-instruction tests, this
 //! carries their tolerances over to the fused program.
 //!
@@ -28,17 +33,32 @@
 //!   `bitlinear.rs` checks the unfused `quantize`; a ±1 difference is tolerated only where
 //!   `h·s` lies within one ulp of a .5 boundary, as there).
 //!
-//! **Every pattern is fused**: the dispatches of a BitNet layer, counted with
-//! `GpuEngine::dispatched_kernels`.
+//! - LM head + ARGMAX: the logits within LINEAR's tolerance of `linear.rs` (γ_{k+2}·Σ|x·w| +
+//!   u·|ref|, or γ_{k+6}·Σ|x̂·w| + u·|ref| with int8 blocks; NaN where the reference has
+//!   NaN), and the id equal to the reference's exactly: the data make the maximum a tie of
+//!   identical rows that dominate every other logit by far, so no rounding can move it,
+//!   and NaN rows sit around it.
+//!
+//! - LINEAR's shared rounding and epilogues and the LM head on exact data (integer
+//!   activations with 127 in every block, integer weights): equal outputs and id.
+//!
+//! **Every pattern is fused**: the dispatches of a BitNet layer and of a Llama-style layer,
+//! counted with `GpuEngine::dispatched_kernels`, and the LM head's kernels.
 //!
 //! Case counts are small: lavapipe is slow, and the whole file must stay cheap in CI.
 
 use proptest::prelude::*;
 use purebee_engine_gpu::{GpuEngine, ScratchKey};
-use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize, Attention, Rope, RopeStyle};
+use purebee_isa::ops::LINEAR_ACT_BLOCK;
+use purebee_isa::ops::{
+    bitlinear_act_scale, bitlinear_quantize, quantize_blocks, Attention, LinearActivations, Rope, RopeStyle,
+};
 use purebee_isa::{DType, IsaError, ParamValue, ProgramBuilder, TensorId, U32Arg};
+use purebee_memory::quant::{encode::encode_q8_0_row, QuantMatrix};
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::{assert_close, f32s, gpu_tests_skipped, pair_for, unfused_pair, Outputs};
+use purebee_tests::differential::{
+    assert_close, f32s, gpu_tests_skipped, pair_for, u32s, unfused_pair, windowed_pair, windowed_unfused_pair, Outputs,
+};
 use purebee_tests::rng::SplitMix64;
 
 const FORMATS: [DType; 3] = [DType::TQ1_0, DType::TQ2_0, DType::I2_S];
@@ -286,83 +306,325 @@ proptest! {
     }
 }
 
-/// A Llama-style layer (LINEAR projections, SILU, no sub-norms) and a final norm, an F32
-/// LM head and ARGMAX: only ROPE + KV_WRITE matches a pattern, so the fused engine must
-/// dispatch the unfused kernels but for that one, and give the same bits.
+/// The bytes of a `[m, k]` LINEAR weight of `dtype` (F32, F16, Q8_0, Q4_1), values of
+/// magnitude about `mag`.
+fn float_weight(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, mag: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    match dtype {
+        DType::F32 => {
+            (0..m * k).for_each(|_| out.extend_from_slice(&((rng.range(-1.0, 1.0) * mag) as f32).to_le_bytes()))
+        }
+        DType::F16 => (0..m * k)
+            .for_each(|_| out.extend_from_slice(&half::f16::from_f64(rng.range(-1.0, 1.0) * mag).to_le_bytes())),
+        DType::Q8_0 => (0..m).for_each(|_| {
+            let row: Vec<f32> = randn(rng, k, mag);
+            out.extend(encode_q8_0_row(&row).expect("whole blocks"));
+        }),
+        DType::Q4_1 => (0..m * k / 32).for_each(|_| {
+            out.extend_from_slice(&half::f16::from_f64(rng.range(0.5, 1.0) * mag / 8.0).to_le_bytes());
+            out.extend_from_slice(&half::f16::from_f64(-rng.range(0.5, 1.0) * mag).to_le_bytes());
+            out.extend((0..16).map(|_| rng.next_u64() as u8));
+        }),
+        other => panic!("no float weight of {other} in this test"),
+    }
+    out
+}
+
+/// A Llama-shaped problem: [`LLAMA_LAYERS`] layers of the program runtime/src/forward.rs
+/// writes for LINEAR weights (no sub-norms, normal RoPE, SILU), then the final norm, the LM
+/// head over every token and ARGMAX.
+#[derive(Clone, Debug)]
+struct LlamaLayer {
+    dtype: DType,
+    acts: LinearActivations,
+    n: usize,
+    d: usize,
+    ff: usize,
+    vocab: usize,
+    head_dim: usize,
+    kv_heads: usize,
+    pos: u32,
+    seed: u64,
+}
+
+const LLAMA_LAYERS: usize = 2;
+
+impl LlamaLayer {
+    fn kvw(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// x, then per layer the caches, 3 norms... : x, then per layer kc, vc, n1, n2 and the 7
+    /// weights; then the final norm and the head.
+    fn inputs(&self) -> Vec<(String, HostTensor)> {
+        let mut rng = SplitMix64(self.seed);
+        let (d, ff, kvw, n) = (self.d, self.ff, self.kvw(), self.n);
+        let n_ctx = self.pos as usize + n + 1;
+        let mut v = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
+        let weight = |name: String, m: usize, k: usize, rng: &mut SplitMix64| {
+            let bytes = float_weight(self.dtype, m, k, rng, 0.3);
+            let shape = Shape::matrix(m, k).expect("shape");
+            (name.clone(), HostTensor::from_bytes(&name, self.dtype, shape, &bytes).expect("sizes"))
+        };
+        for l in 0..LLAMA_LAYERS {
+            v.push((format!("kc{l}"), matrix("kc", n_ctx, kvw, randn(&mut rng, n_ctx * kvw, 1.0))));
+            v.push((format!("vc{l}"), matrix("vc", n_ctx, kvw, randn(&mut rng, n_ctx * kvw, 1.0))));
+            for name in ["n1", "n2"] {
+                v.push((format!("{name}{l}"), vector(name, (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
+            }
+            for (name, m, k) in [
+                ("wq", d, d),
+                ("wk", kvw, d),
+                ("wv", kvw, d),
+                ("wo", d, d),
+                ("wg", ff, d),
+                ("wu", ff, d),
+                ("wd", d, ff),
+            ] {
+                v.push(weight(format!("{name}{l}"), m, k, &mut rng));
+            }
+        }
+        v.push(("nf".to_string(), vector("nf", (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
+        v.push(weight("head".to_string(), self.vocab, d, &mut rng));
+        v
+    }
+
+    /// Builds the program; returns what to read.
+    fn build(
+        &self,
+        b: &mut ProgramBuilder,
+        name: &dyn Fn(&str) -> String,
+        ids: &[TensorId],
+    ) -> Result<Vec<TensorId>, IsaError> {
+        let (d, ff, kvw, n) = (self.d, self.ff, self.kvw(), self.n);
+        let f = DType::F32;
+        let x = ids[0];
+        let h = b.alloc(&name("h"), f, &[n, d])?;
+        let q = b.alloc(&name("q"), f, &[n, d])?;
+        let k = b.alloc(&name("k"), f, &[n, kvw])?;
+        let v = b.alloc(&name("v"), f, &[n, kvw])?;
+        let att = b.alloc(&name("att"), f, &[n, d])?;
+        let proj = b.alloc(&name("proj"), f, &[n, d])?;
+        let gate = b.alloc(&name("gate"), f, &[n, ff])?;
+        let up = b.alloc(&name("up"), f, &[n, ff])?;
+        let normed = b.alloc(&name("normed"), f, &[n, d])?;
+        let logits = b.alloc(&name("logits"), f, &[n, self.vocab])?;
+        let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
+        let mut it = ids[1..].iter().copied();
+        let mut next =
+            || it.next().ok_or_else(|| IsaError::Invalid { op: "test", reason: "missing input".to_string() });
+        let mut read = vec![x, h, q, k, v, att, proj, gate, up, normed, logits, am];
+        let pos = U32Arg::Const(self.pos);
+        let acts = self.acts;
+        for _ in 0..LLAMA_LAYERS {
+            let (kc, vc, n1, n2) = (next()?, next()?, next()?, next()?);
+            read.extend([kc, vc]);
+            let w: Vec<TensorId> = (0..7).map(|_| next()).collect::<Result<_, _>>()?;
+            b.rms_norm(h, x, n1, 1e-5)?;
+            b.linear_with(q, h, w[0], acts)?;
+            b.linear_with(k, h, w[1], acts)?;
+            b.linear_with(v, h, w[2], acts)?;
+            let hd = self.head_dim as u32;
+            let rope = |out| Rope {
+                out,
+                x: out,
+                head_dim: hd,
+                rot_dim: hd,
+                style: RopeStyle::Normal,
+                base: 5e5f32.into(),
+                pos,
+            };
+            b.rope(rope(q))?;
+            b.rope(rope(k))?;
+            b.kv_write(kc, k, pos)?;
+            b.kv_write(vc, v, pos)?;
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+            b.linear_with(proj, att, w[3], acts)?;
+            b.add(x, x, proj)?;
+            b.rms_norm(h, x, n2, 1e-5)?;
+            b.linear_with(gate, h, w[4], acts)?;
+            b.linear_with(up, h, w[5], acts)?;
+            b.silu(gate, gate)?;
+            b.mul(gate, gate, up)?;
+            b.linear_with(proj, gate, w[6], acts)?;
+            b.add(x, x, proj)?;
+        }
+        let (nf, head) = (next()?, next()?);
+        b.rms_norm(normed, x, nf, 1e-5)?;
+        b.linear_with(logits, normed, head, acts)?;
+        b.argmax(am, logits)?;
+        Ok(read)
+    }
+}
+
+fn llama_case() -> impl Strategy<Value = LlamaLayer> {
+    let kinds = [
+        (DType::F32, LinearActivations::F32),
+        (DType::F16, LinearActivations::F32),
+        (DType::Q8_0, LinearActivations::Int8Blocks),
+        (DType::Q4_1, LinearActivations::Int8Blocks),
+        (DType::Q8_0, LinearActivations::F32),
+    ];
+    (0..5usize, 1..=3usize, 1..=3usize, 0..31usize, 20..700usize, any::<bool>(), 0..3u32, any::<u64>()).prop_map(
+        move |(kind, n, heads, odd, vocab, gqa, pos, seed)| {
+            let (dtype, acts) = kinds[kind];
+            let block = matches!(dtype, DType::Q8_0 | DType::Q4_1);
+            // Rows of block types are whole blocks of 32; float rows any (even head) length.
+            let head_dim = if block { 32 } else { 16 + 2 * (odd % 8) };
+            let heads = 2 * heads;
+            let d = heads * head_dim;
+            let ff = if block { 32 * (1 + odd % 4) + d } else { d + 2 * odd + 1 };
+            let kv_heads = if gqa { heads / 2 } else { heads };
+            LlamaLayer { dtype, acts, n, d, ff, vocab, head_dim, kv_heads, pos, seed }
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Llama-style layers, the final norm, the LM head and ARGMAX, fused and unfused: the
+    /// same bits, and fewer dispatches.
+    #[test]
+    fn llama_layers_fused_equal_unfused_bit_for_bit(c in llama_case(), portable in any::<bool>()) {
+        if gpu_tests_skipped() {
+            return Ok(());
+        }
+        let inputs = c.inputs();
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused(portable, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
+        assert_bits(&fused, &unfused, &format!("{c:?} portable={portable}"))?;
+    }
+}
+
+/// Every pattern of a Llama-style layer is fused: the dispatches of two layers, the final
+/// norm, the head and ARGMAX at one token, fused vs unfused (`dispatched_kernels`), with
+/// int8-block activations (Q8_0) and f32 ones (F16).
 #[test]
-fn llama_layer_and_lm_head_are_left_unfused_and_equal() {
+fn llama_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
         return;
     }
-    let mut rng = SplitMix64(7);
-    let (n, d, ff, vocab, n_ctx, hd) = (3, 96, 160, 300, 6, 32);
-    let mut inputs = vec![("x".to_string(), matrix("x", n, d, randn(&mut rng, n * d, 1.0)))];
-    inputs.push(("kc".to_string(), matrix("kc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
-    inputs.push(("vc".to_string(), matrix("vc", n_ctx, d, randn(&mut rng, n_ctx * d, 1.0))));
-    for (name, m, k) in [
-        ("wq", d, d),
-        ("wk", d, d),
-        ("wv", d, d),
-        ("wo", d, d),
-        ("wg", ff, d),
-        ("wu", ff, d),
-        ("wd", d, ff),
-        ("head", vocab, d),
+    for (dtype, acts) in [(DType::Q8_0, LinearActivations::Int8Blocks), (DType::F16, LinearActivations::F32)] {
+        let c =
+            LlamaLayer { dtype, acts, n: 1, d: 128, ff: 192, vocab: 300, head_dim: 32, kv_heads: 2, pos: 1, seed: 9 };
+        let inputs = c.inputs();
+        let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{dtype} {acts:?}:\n unfused: {uk:?}\n fused: {fk:?}");
+        let int8 = acts == LinearActivations::Int8Blocks;
+        // The head: (rounding,) the product with the ARGMAX's first pass, its second pass.
+        let head = 2 + usize::from(int8);
+        let (fk_layers, fk_head) = fk.split_at(fk.len() - head - 1); // and the final norm
+        let (uk_layers, _) = uk.split_at(uk.len() - head - 1);
+        assert!(fk_head[0].starts_with("rms_norm.wgsl"), "{fk_head:?}");
+        assert!(
+            fk_head[head - 1].starts_with("linear_argmax.wgsl") && fk_head[head - 1].ends_with(":gemv_rows_argmax"),
+            "{fk_head:?}"
+        );
+        assert!(fk_head[head].ends_with(":argmax_partials"), "{fk_head:?}");
+        let per_layer: Vec<&str> = fk_layers[..fk_layers.len() / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
+        assert_eq!(fk_layers[..per_layer.len()], fk_layers[per_layer.len()..], "both layers alike");
+        let count = |k: &str| per_layer.iter().filter(|s| s.contains(k)).count();
+        // One rounding for q, k, v, one for gate and up (and one each for o and down).
+        assert_eq!(count(":quantize_blocks"), if int8 { 4 } else { 0 }, "{per_layer:?}");
+        // o and down carry the residual add; up the activation and multiply; no elementwise.
+        assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
+        assert_eq!(count("act_mul.wgsl"), 1, "{per_layer:?}");
+        assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
+        assert_eq!(count("rope_kv.wgsl"), 1, "{per_layer:?}");
+        // Unfused: norm, 7 × (rounding +) product, 2 ROPE, 2 KV_WRITE, attention, 2 adds,
+        // norm, SILU, ELEMENT_MUL. Fused: norm, 7 products (+ 4 roundings), ROPE+KV_WRITE,
+        // attention, norm.
+        let attention = count("attention.wgsl");
+        let (unfused_want, fused_want) = if int8 { (24, 14) } else { (17, 10) };
+        assert_eq!(
+            (uk_layers.len() / LLAMA_LAYERS, per_layer.len()),
+            (unfused_want + attention, fused_want + attention),
+            "dispatches per layer, unfused and fused"
+        );
+    }
+}
+
+/// LINEAR's patterns against the reference engine on exact data: integer activations with
+/// max |x| = 127 in every block of 32 (so int8 blocks round nothing: s_b = 1), integer
+/// weights (F16) or Q8_0 codes with d = 1, small residuals in multiples of 1/8: every
+/// product, sum, add, square and multiply is exact or one correctly rounded f32 operation
+/// on both engines, so the outputs must be equal (±0 compare equal). (RELU2 stands in for
+/// SILU, whose own tolerance the elementwise tests hold; the fused SILU is elementwise.wgsl's
+/// bit for bit, as the layer tests show.)
+#[test]
+fn linear_patterns_match_the_reference_exactly() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (seed, dtype, acts) in [
+        (31, DType::Q8_0, LinearActivations::Int8Blocks),
+        (32, DType::F16, LinearActivations::F32),
+        (33, DType::F16, LinearActivations::Int8Blocks),
     ] {
-        inputs.push((name.to_string(), matrix(name, m, k, randn(&mut rng, m * k, 0.2))));
-    }
-    for name in ["n1", "n2", "n3"] {
-        inputs.push((name.to_string(), vector(name, (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect())));
-    }
-    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
-        let f = DType::F32;
-        let [x, kc, vc, wq, wk, wv, wo, wg, wu, wd, head, n1, n2, n3] = ids[..] else {
-            return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+        let mut rng = SplitMix64(seed);
+        let (k, m, vocab) = (96, 45, 77);
+        let mut x = Vec::new();
+        for _ in 0..k / 32 {
+            let start = x.len();
+            x.extend((0..32).map(|_| rng.below(255) as f32 - 127.0));
+            x[start + rng.below(32) as usize] = 127.0 * rng.sign();
+        }
+        let r: Vec<f32> = (0..m).map(|_| (rng.below(1 << 12) as f32 - 2048.0) / 8.0).collect();
+        let mut inputs = vec![("x".to_string(), matrix("x", 1, k, x)), ("r".to_string(), matrix("r", 1, m, r))];
+        let mut weight = |name: &str, rows: usize| {
+            let bytes: Vec<u8> = match dtype {
+                DType::F16 => {
+                    (0..rows * k).flat_map(|_| half::f16::from_f32(rng.below(17) as f32 - 8.0).to_le_bytes()).collect()
+                }
+                _ => (0..rows * k / 32)
+                    .flat_map(|_| {
+                        let mut block = half::f16::ONE.to_le_bytes().to_vec();
+                        block.extend((0..32).map(|_| (rng.below(255) as i32 - 127) as i8 as u8));
+                        block
+                    })
+                    .collect(),
+            };
+            let shape = Shape::matrix(rows, k).expect("shape");
+            (name.to_string(), HostTensor::from_bytes(name, dtype, shape, &bytes).expect("sizes"))
         };
-        let h = b.alloc(&name("h"), f, &[n, d])?;
-        let q = b.alloc(&name("q"), f, &[n, d])?;
-        let k = b.alloc(&name("k"), f, &[n, d])?;
-        let v = b.alloc(&name("v"), f, &[n, d])?;
-        let att = b.alloc(&name("att"), f, &[n, d])?;
-        let p = b.alloc(&name("p"), f, &[n, d])?;
-        let g = b.alloc(&name("g"), f, &[n, ff])?;
-        let u = b.alloc(&name("u"), f, &[n, ff])?;
-        let logits = b.alloc(&name("logits"), f, &[n, vocab])?;
-        let am = b.alloc(&name("argmax"), DType::U32, &[n])?;
-        b.rms_norm(h, x, n1, 1e-5)?;
-        b.linear(q, h, wq)?;
-        b.linear(k, h, wk)?;
-        b.linear(v, h, wv)?;
-        let pos = U32Arg::Const(2);
-        let rope =
-            |out| Rope { out, x: out, head_dim: hd, rot_dim: hd, style: RopeStyle::Normal, base: 5e5f32.into(), pos };
-        b.rope(rope(q))?;
-        b.rope(rope(k))?;
-        b.kv_write(kc, k, pos)?;
-        b.kv_write(vc, v, pos)?;
-        b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
-        b.linear(p, att, wo)?;
-        b.add(x, x, p)?;
-        b.rms_norm(h, x, n2, 1e-5)?;
-        b.linear(g, h, wg)?;
-        b.linear(u, h, wu)?;
-        b.silu(g, g)?;
-        b.mul(g, g, u)?;
-        b.linear(p, g, wd)?;
-        b.add(x, x, p)?;
-        b.rms_norm(h, x, n3, 1e-5)?;
-        b.linear(logits, h, head)?;
-        b.argmax(am, logits)?;
-        Ok(vec![x, h, q, k, v, att, kc, vc, p, g, u, logits, am])
-    };
-    for portable in [false, true] {
-        let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
-        let without_rope_kv: Vec<&String> =
-            uk.iter().filter(|k| !k.starts_with("rope.wgsl") && !k.starts_with("kv_write.wgsl")).collect();
-        let fused_rest: Vec<&String> = fk.iter().filter(|k| !k.starts_with("rope_kv.wgsl")).collect();
-        assert_eq!(fused_rest, without_rope_kv, "the pass fused more than ROPE + KV_WRITE of a Llama layer");
-        assert_eq!(uk.len() - fk.len(), 3, "{fk:?}");
-        assert_bits(&fused, &unfused, "Llama layer").unwrap_or_else(|e| panic!("{e}"));
+        for name in ["w1", "w2", "w3", "wp", "wg", "wu"] {
+            inputs.push(weight(name, m));
+        }
+        inputs.push(weight("head", vocab));
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let [x, r, w1, w2, w3, wp, wg, wu, head] = ids[..] else {
+                return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+            };
+            let f = DType::F32;
+            let y: Vec<TensorId> =
+                (0..6).map(|i| b.alloc(&name(&format!("y{i}")), f, &[1, m])).collect::<Result<_, _>>()?;
+            let logits = b.alloc(&name("logits"), f, &[1, vocab])?;
+            let id = b.alloc(&name("id"), DType::U32, &[1])?;
+            for (out, w) in [(y[0], w1), (y[1], w2), (y[2], w3)] {
+                b.linear_with(out, x, w, acts)?;
+            }
+            b.linear_with(y[3], x, wp, acts)?;
+            b.add(r, y[3], r)?;
+            b.linear_with(y[4], x, wg, acts)?;
+            b.linear_with(y[5], x, wu, acts)?;
+            b.relu2(y[4], y[4])?;
+            b.mul(y[4], y[5], y[4])?;
+            b.linear_with(logits, x, head, acts)?;
+            b.argmax(id, logits)?;
+            Ok(vec![y[0], y[1], y[2], y[3], r, y[4], y[5], logits, id])
+        };
+        for portable in [false, true] {
+            let (fused, unfused, reference, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+            assert!(fk.len() < uk.len(), "{fk:?}");
+            assert_bits(&fused, &unfused, "LINEAR patterns").unwrap_or_else(|e| panic!("{e}"));
+            for (i, (g, w)) in fused.iter().zip(&reference).enumerate() {
+                let (g, w) = (f32s(g), f32s(w));
+                assert!(g == w, "{dtype} {acts:?} portable={portable}: output {i} differs from the reference");
+            }
+        }
     }
 }
 
@@ -600,4 +862,192 @@ fn tiny_fixture_decode_dispatches() {
     // The head (EMBED, final norm, LM head, ARGMAX) changes by at most one dispatch (its
     // norm + quantization); every layer saves 17.
     assert!((unfused - fused) >= 17 * layers && unfused - fused <= 17 * layers + 1, "{unfused} vs {fused}");
+}
+
+/// An LM head with ARGMAX (pattern ArgmaxPartials): its weight type, the activations, the
+/// row length, the vocabulary, whether the weight is bound as row windows, and whether x
+/// holds a NaN (with f32 activations every logit is NaN: the id is 0).
+#[derive(Clone, Debug)]
+struct Head {
+    dtype: DType,
+    acts: LinearActivations,
+    d: usize,
+    vocab: usize,
+    windowed: bool,
+    nan_x: bool,
+    seed: u64,
+}
+
+impl Head {
+    /// The rows of weight 1.0 (dominant, since x > 0 and the other rows are small): equal
+    /// logits, in different slots (and windows); the id is the first.
+    fn tied(&self) -> [usize; 3] {
+        [1 + self.seed as usize % (self.vocab / 3), self.vocab / 2 + 3, self.vocab - 1]
+    }
+
+    /// x `[1, d]` and the weight `[vocab, d]` (bytes): small random rows, the tied
+    /// dominant rows, and NaN rows just before and after the first of them.
+    fn inputs(&self) -> (Vec<f32>, Vec<u8>) {
+        let mut rng = SplitMix64(self.seed);
+        let (d, vocab) = (self.d, self.vocab);
+        let mut x: Vec<f32> = (0..d).map(|_| rng.range(0.5, 1.5) as f32).collect();
+        if self.nan_x {
+            x[rng.below(d as u64) as usize] = f32::NAN;
+        }
+        let tied = self.tied();
+        let nan_rows = [tied[0] - 1, tied[0] + 1];
+        let mut bytes = Vec::new();
+        for r in 0..vocab {
+            let mut row: Vec<f32> = (0..d).map(|_| rng.range(-0.05, 0.05) as f32).collect();
+            if tied.contains(&r) {
+                row.iter_mut().for_each(|v| *v = 1.0);
+            }
+            let nan = nan_rows.contains(&r);
+            if nan && self.dtype != DType::Q8_0 {
+                row[rng.below(d as u64) as usize] = f32::NAN;
+            }
+            match self.dtype {
+                DType::F32 => row.iter().for_each(|v| bytes.extend_from_slice(&v.to_le_bytes())),
+                DType::F16 => row.iter().for_each(|&v| bytes.extend_from_slice(&half::f16::from_f32(v).to_le_bytes())),
+                DType::Q8_0 => {
+                    let mut enc = encode_q8_0_row(&row).expect("whole blocks");
+                    if nan {
+                        enc[..2].copy_from_slice(&half::f16::NAN.to_le_bytes());
+                        // a NaN block scale
+                    }
+                    bytes.extend_from_slice(&enc);
+                }
+                other => panic!("no head of {other} in this test"),
+            }
+        }
+        (x, bytes)
+    }
+}
+
+fn head_case() -> impl Strategy<Value = Head> {
+    let kinds = [
+        (DType::F32, LinearActivations::F32),
+        (DType::F16, LinearActivations::F32),
+        (DType::Q8_0, LinearActivations::F32),
+        (DType::Q8_0, LinearActivations::Int8Blocks),
+    ];
+    (0..4usize, 1..=5usize, 0..9usize, 20..1500usize, any::<bool>(), any::<u64>()).prop_map(
+        move |(kind, blocks, extra, vocab, nan_x, seed)| {
+            let (dtype, acts) = kinds[kind];
+            // Q8_0 rows are whole blocks of 32; float rows any length.
+            let d = if dtype == DType::Q8_0 { 32 * blocks } else { 32 * blocks - extra };
+            Head { dtype, acts, d, vocab, windowed: false, nan_x: nan_x && seed % 4 == 0, seed }
+        },
+    )
+}
+
+/// Runs a head case fused and unfused (windowed pairs when the case says so): asserts the
+/// pattern is fused and the bits equal, and checks the logits against the reference with
+/// LINEAR's tolerance and the id exactly.
+fn check_head(c: &Head, portable: bool) -> Result<(), TestCaseError> {
+    let (x, w) = c.inputs();
+    let (d, vocab) = (c.d, c.vocab);
+    let inputs = [
+        ("x", matrix("x", 1, d, x.clone())),
+        ("head", HostTensor::from_bytes("head", c.dtype, Shape::matrix(vocab, d).expect("shape"), &w).expect("sizes")),
+    ];
+    let acts = c.acts;
+    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+        let logits = b.alloc(&name("logits"), DType::F32, &[1, vocab])?;
+        let id = b.alloc(&name("id"), DType::U32, &[1])?;
+        b.linear_with(logits, ids[0], ids[1], acts)?;
+        b.argmax(id, logits)?;
+        Ok(vec![logits, id])
+    };
+    let kernels = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
+    let (fused_pair, unfused) = if c.windowed {
+        (windowed_pair(), windowed_unfused_pair())
+    } else {
+        (pair_for(portable), unfused_pair(portable))
+    };
+    let (mut fused_pair, mut unfused) = (fused_pair, unfused);
+    let (fused, reference, fk) = fused_pair.run_inspect(&inputs, &[], build, kernels);
+    let (unfused, _, uk) = unfused.run_inspect(&inputs, &[], build, kernels);
+    let what = format!("{c:?} portable={portable}");
+    // The product kernels carry the first pass, one dispatch per window as unfused; the
+    // ARGMAX is the small second pass.
+    let heads = fk.iter().filter(|k| k.starts_with("linear_argmax.wgsl")).count();
+    let products = uk.iter().filter(|k| k.contains(":gemv")).count();
+    prop_assert!(heads >= 1 && heads == products, "{what}: {fk:?} vs {uk:?}");
+    prop_assert_eq!(fk.len(), uk.len(), "{}: {:?}", what, fk);
+    prop_assert!(fk.last().is_some_and(|k| k.ends_with(":argmax_partials")), "{}: {:?}", what, fk);
+    prop_assert!(!fk.iter().any(|k| k.ends_with(":argmax")), "{}: {:?}", what, fk);
+    if c.windowed {
+        prop_assert!(heads > 1, "{what}: one window: {fk:?}");
+    }
+    assert_bits(&fused, &unfused, &what)?;
+    // The id: the reference's and the expected row exactly (the tied rows dominate by far,
+    // so LINEAR's rounding cannot move the maximum; NaN rows are skipped).
+    let (id, want_id) = (u32s(&fused[1]), u32s(&reference[1]));
+    // (Int8 blocks round a NaN element to 0, so only f32 activations make every logit NaN.)
+    let expected = if c.nan_x && acts == LinearActivations::F32 { 0 } else { c.tied()[0] as u32 };
+    prop_assert_eq!(&id, &want_id, "{}", what);
+    prop_assert_eq!(id, vec![expected], "{}", what);
+    // The logits: linear.rs's tolerance, γ_{k+2}·Σ|x·w| + u·|ref| (f32 activations) or
+    // γ_{k+6}·Σ|x̂|·|w| + u·|ref| (int8 blocks, Q8_0: no block offset); NaN where the
+    // reference has NaN.
+    const U: f64 = 1.0 / 16_777_216.0;
+    let (got, want) = (f32s(&fused[0]), f32s(&reference[0]));
+    let mut xh: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let extra = if acts == LinearActivations::Int8Blocks {
+        let (mut q, mut s) = (vec![0i8; d], vec![0f32; d.div_ceil(LINEAR_ACT_BLOCK)]);
+        quantize_blocks(&x, &mut q, &mut s);
+        xh = q.iter().enumerate().map(|(i, &qi)| qi as f64 / s[i / LINEAR_ACT_BLOCK] as f64).collect();
+        6
+    } else {
+        2
+    };
+    let gamma = (d + extra) as f64 * U / (1.0 - (d + extra) as f64 * U);
+    let wq = QuantMatrix::new(c.dtype, &w, vocab, d).expect("weight");
+    let mut row = vec![0f32; d];
+    for j in 0..vocab {
+        wq.dequantize_row(j, &mut row).expect("row");
+        let sum_abs: f64 = xh.iter().zip(&row).map(|(a, b)| (a * *b as f64).abs()).sum();
+        let (g, r) = (got[j] as f64, want[j] as f64);
+        let ok = (g.is_nan() && r.is_nan()) || (g - r).abs() <= gamma * sum_abs + U * r.abs();
+        prop_assert!(ok, "{}: logit {} {} vs reference {}", what, j, g, r);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// LINEAR + ARGMAX at one token, random shapes (odd row lengths, odd vocabularies),
+    /// F32, F16 and Q8_0 weights, f32 and int8-block activations, ties and NaN rows.
+    #[test]
+    fn lm_head_argmax_fused_equal_unfused_and_the_reference(c in head_case(), portable in any::<bool>()) {
+        if gpu_tests_skipped() {
+            return Ok(());
+        }
+        check_head(&c, portable)?;
+    }
+}
+
+/// The two LM-head kernels' less common paths: rows longer than `gemv_rows` takes
+/// (`gemv_argmax`), a head split into row windows (256 KiB bindings: every window's slots
+/// are combined), and an x with a NaN (every logit NaN: id 0).
+#[test]
+fn lm_head_argmax_long_rows_windows_and_nan() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let cases = [
+        (DType::F16, LinearActivations::F32, 2100, 203, false, false),
+        (DType::Q8_0, LinearActivations::Int8Blocks, 2112, 77, false, true),
+        (DType::F32, LinearActivations::F32, 95, 1900, true, false),
+        (DType::Q8_0, LinearActivations::Int8Blocks, 160, 3001, true, false),
+        (DType::F16, LinearActivations::F32, 63, 2500, true, true),
+    ];
+    for (i, (dtype, acts, d, vocab, windowed, nan_x)) in cases.into_iter().enumerate() {
+        let c = Head { dtype, acts, d, vocab, windowed, nan_x, seed: 40 + i as u64 };
+        for portable in [false, true] {
+            check_head(&c, portable).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
 }

@@ -6,10 +6,17 @@
 //! per thread), so greedy decoding reads back its 4 bytes after a single dispatch.
 //!
 //! Bytes per call, for `rows × m`: reads `4·rows·m`, writes `4·rows`.
+//!
+//! Fused after a one-token LM head (`fuse.rs`, pattern `ArgmaxPartials`), the head's kernel
+//! does the first pass (`linear_argmax.wgsl`: one (key, index) slot per 8 rows) and
+//! [`partials`] the second: a 128256-entry vocabulary is 16032 slots for its one workgroup,
+//! not 128256 elements.
 
 use purebee_isa::ops::Argmax;
 
-use super::{row_reduce, KernelCall, RecordCtx, Shader, Storage};
+use purebee_memory::TensorId;
+
+use super::{row_reduce, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::GpuError;
 
 /// Mirrors `Params` in `argmax.wgsl`.
@@ -33,6 +40,17 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Argmax) -> Result<Vec<KernelCall>, Gpu
     let params = Params { rows: r, cols: c, _pad: [0; 2] };
     let shaders = (Shader::Argmax, Shader::ArgmaxSubgroup);
     Ok(vec![row_reduce::call(ctx, shaders, "argmax", (rows, cols), &params, vec![(1, t(a.x)), (2, t(a.out))])])
+}
+
+/// The second pass of an ARGMAX fused into its LM head (`fuse.rs`, `linear_argmax.wgsl`):
+/// one workgroup reduces the head's `slots` (key, index) pairs in the scratch buffer
+/// [`ScratchKey::ArgmaxPartials`] to `ids[0]` (`argmax_partials`). Reads `8·slots` bytes.
+pub(crate) fn partials(ctx: &RecordCtx, ids: TensorId, slots: u64) -> Result<KernelCall, GpuError> {
+    let (_, c) = row_reduce::dims_u32("ARGMAX", 2, slots as usize)?;
+    let params = Params { rows: 1, cols: c, _pad: [0; 2] };
+    let storage = vec![(1, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots)), (2, Storage::Tensor(ids, 0))];
+    let shaders = (Shader::Argmax, Shader::ArgmaxSubgroup);
+    Ok(row_reduce::call(ctx, shaders, "argmax_partials", (1, c as usize), &params, storage))
 }
 
 #[cfg(test)]

@@ -1,11 +1,15 @@
 // ARGMAX: per row, the lowest index of the largest element; NaN never wins; a row of only NaN
 // (or no elements) gives 0. One workgroup per row.
 //
-// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_argmax`). The row
-// is read as raw bits and compared as integers: each non-NaN value maps to an order-preserving
-// u32 key (-0 first folded onto +0, since -0 == +0), so subnormals, infinities and signed
-// zeros compare exactly as IEEE `>` does, whatever the device's float modes. Key 0 is below
-// every real key (the smallest, -inf, maps to 0x007fffff): (0, NONE) means "no candidate".
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_argmax`), then
+// `argmax_key.wgsl` (`argmax_key`, `NONE`: the row is read as raw bits and compared as
+// order-preserving integer keys).
+//
+// Entry points:
+// - argmax: one workgroup per row of x.
+// - argmax_partials: the second pass of a fused LM head (fuse.rs, pattern ArgmaxPartials):
+//   one workgroup reduces the p.cols (key, index) slots that linear_argmax.wgsl wrote
+//   (two words each, in x) to out[0], by the same rule.
 
 struct Params {
     rows: u32,
@@ -21,17 +25,6 @@ struct Params {
 // Threads per workgroup, a power of two.
 override WG: u32 = 256u;
 
-const NONE: u32 = 0xffffffffu;
-
-// The order-preserving key of a non-NaN f32's bits.
-fn order_key(bits: u32) -> u32 {
-    let b = select(bits, 0u, bits == 0x80000000u);
-    if ((b & 0x80000000u) != 0u) {
-        return ~b;
-    }
-    return b | 0x80000000u;
-}
-
 @compute @workgroup_size(WG)
 fn argmax(ids: Ids) {
     let row = ids.wid.y * ids.nwg.x + ids.wid.x;
@@ -43,17 +36,32 @@ fn argmax(ids: Ids) {
     var best_key = 0u;
     var best_idx = NONE;
     for (var i = ids.lidx; i < p.cols; i = i + WG) {
-        let b = x[base + i];
-        if ((b & 0x7fffffffu) <= 0x7f800000u) {
-            let k = order_key(b);
-            if (k > best_key) {
-                best_key = k;
-                best_idx = i;
-            }
+        let k = argmax_key(x[base + i]);
+        if (k > best_key) {
+            best_key = k;
+            best_idx = i;
         }
     }
     let best = reduce_argmax(best_key, best_idx, ids);
     if (ids.lidx == 0u) {
         out[row] = select(best, 0u, best == NONE);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn argmax_partials(ids: Ids) {
+    // Slots hold increasing row indices, and a strict `>` keeps each invocation's lowest.
+    var best_key = 0u;
+    var best_idx = NONE;
+    for (var i = ids.lidx; i < p.cols; i = i + WG) {
+        let k = x[2u * i];
+        if (k > best_key) {
+            best_key = k;
+            best_idx = x[2u * i + 1u];
+        }
+    }
+    let best = reduce_argmax(best_key, best_idx, ids);
+    if (ids.lidx == 0u) {
+        out[0] = select(best, 0u, best == NONE);
     }
 }

@@ -19,7 +19,7 @@
 //!
 //! The fusion pass (`fuse.rs`) reuses these pieces: one `quantize` (or `norm_quant.wgsl`)
 //! for several BITLINEARs of one `x`, the products with an epilogue file in place of
-//! `bitlinear_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
+//! `product_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
 //! for several one-token products in one dispatch.
 //!
 //! The weight is in the ternary layout of `layout.rs` (codes, then scales): one kernel for
@@ -27,9 +27,10 @@
 //! `ROW_SCALE` specialization, which sums each row as one exact i32.
 
 use purebee_isa::ops::BitLinear;
-use purebee_memory::{DType, TensorId};
+use purebee_memory::DType;
 
 use super::elementwise::{BinaryOp, UnaryOp};
+pub(crate) use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
 use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
@@ -58,30 +59,6 @@ pub(crate) struct Params {
 
 fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "BITLINEAR", what: format!("{what} beyond 32-bit indexing") }
-}
-
-/// What a fused product does with its outputs besides (or instead of) writing them (see
-/// `fuse.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Epilogue {
-    /// The residual TENSOR_ADD `sum = residual + out` (`residual_add.wgsl`).
-    Add {
-        /// The residual operand `r` of the add.
-        residual: TensorId,
-        /// The add's output `o` (may be `residual`).
-        sum: TensorId,
-        /// Whether the BITLINEAR's own output must still be written.
-        write_out: bool,
-    },
-    /// The FFN gating `gated = act(gated) · out` (`act_mul.wgsl`).
-    ActMul {
-        /// The gate tensor, activated and multiplied in place.
-        gated: TensorId,
-        /// The activation.
-        op: UnaryOp,
-        /// Whether the BITLINEAR's own output must still be written.
-        write_out: bool,
-    },
 }
 
 /// The shapes and uniform parameters of one BITLINEAR; `None` when it has no output
@@ -189,6 +166,9 @@ pub(crate) fn product(
             constants.push(("UNARY_OP", op as u32));
             constants.push(("BINARY_OP", BinaryOp::Mul as u32));
             (Shader::BitlinearActMul, Shader::BitlinearActMulSubgroup)
+        }
+        Some(Epilogue::Argmax { .. }) => {
+            return Err(GpuError::Wgpu("fusion plan: an ARGMAX epilogue on a BITLINEAR".to_string()))
         }
     };
     let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));

@@ -3,7 +3,7 @@
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
 // act_quant.wgsl (abs_bits, act_scale_bits, quantize1); followed by the file that defines
-// store_out(i, v), what the products do with output element i: bitlinear_store.wgsl (write
+// store_out(i, v), what the products do with output element i: product_store.wgsl (write
 // it to `out`) or residual_add.wgsl (the fused residual TENSOR_ADD epilogue).
 //
 // Entry points (one BITLINEAR is `quantize`, then `gemv` or `tiled`):

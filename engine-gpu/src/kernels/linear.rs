@@ -35,8 +35,10 @@
 use purebee_isa::ops::{Linear, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_memory::DType;
 
+use super::elementwise::BinaryOp;
+use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
-use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use super::{argmax, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -46,6 +48,11 @@ pub(crate) const GEMV_WG: u32 = 64;
 pub(crate) const GEMV_ROWS_MAX_K: usize = 2048;
 /// Invocations per row of `gemv_rows`: 8 rows per workgroup.
 const GEMV_ROWS_LANES: u32 = 8;
+/// Output rows per workgroup, and per (key, index) slot, of the LM-head kernels
+/// (`linear_argmax.wgsl`): `gemv_rows`' rows per workgroup, and a multiple of 8 dividing
+/// the window row step, so that every window's first slot is whole.
+pub(crate) const PART_ROWS: u32 = GEMV_WG / GEMV_ROWS_LANES;
+const _: () = assert!(PART_ROWS == 8);
 /// Weight rows per workgroup of `tiled`.
 const TILE_M: u32 = 64;
 /// Tokens per workgroup of `tiled`.
@@ -83,7 +90,21 @@ fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "LINEAR", what: format!("{what} beyond 32-bit indexing") }
 }
 
+/// The dispatches of one LINEAR.
 pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, GpuError> {
+    record_with(ctx, l, true, None)
+}
+
+/// The dispatches of one LINEAR in a fused group: with `quantize` false, no int8-block
+/// rounding of x (an earlier LINEAR of the same x in the group filled the scratch buffer,
+/// with no dispatch between); with `epilogue`, the instructions fused after it (an
+/// [`Epilogue::Argmax`] needs one token, and adds the second pass of the ARGMAX).
+pub(crate) fn record_with(
+    ctx: &RecordCtx,
+    l: &Linear,
+    quantize: bool,
+    epilogue: Option<Epilogue>,
+) -> Result<Vec<KernelCall>, GpuError> {
     let w = ctx.desc(l.weight)?;
     let (m, k) = (w.shape.rows(), w.shape.cols());
     // Tokens from the output [n, m] (x is [n, k], and k may be 0).
@@ -103,6 +124,7 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
         None => (row_bytes as u64, 0),
     };
     let windows = ctx.row_windows(&w.name, m, &[part0_row, part1_row])?;
+    let store = store(l, epilogue);
     let split = windows.len() > 1;
     // The kernels index elements and bytes of every operand in u32 (within a window).
     u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
@@ -112,7 +134,7 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
         LinearActivations::F32 => Storage::Tensor(l.x, 0),
         LinearActivations::Int8Blocks => {
             let rounded = Storage::Scratch(ScratchKey::LinearActivations, 4 * (n * k) as u64);
-            if k > 0 {
+            if k > 0 && quantize {
                 let params = Params { k: u(k, "the row length")?, n: u(n, "the token count")?, ..Params::default() };
                 calls.push(KernelCall {
                     key: PipelineKey {
@@ -143,7 +165,11 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
         };
         let window = |part: usize, bytes_per_row: u64| {
             if split {
-                Storage::TensorRange(l.weight, part, rows.start as u64 * bytes_per_row, wm as u64 * bytes_per_row)
+                // A binding's size must be a multiple of 4: the last window of rows of an
+                // odd byte count (Q8_0's 34 per block) is rounded up into the buffer's
+                // padding (buffers are padded to whole words).
+                let size = (wm as u64 * bytes_per_row).next_multiple_of(4);
+                Storage::TensorRange(l.weight, part, rows.start as u64 * bytes_per_row, size)
             } else {
                 Storage::Tensor(l.weight, part)
             }
@@ -153,45 +179,101 @@ pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, Gpu
             Some(_) => Storage::Tensor(l.weight, 1),
             None => window(0, part0_row),
         };
-        let storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
-        calls.push(if n == 1 && k <= GEMV_ROWS_MAX_K {
-            KernelCall {
-                key: PipelineKey {
-                    shader: Shader::Linear,
-                    entry: "gemv_rows",
-                    constants: vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code)],
-                },
-                params: bytemuck::bytes_of(&params).to_vec(),
-                storage,
-                workgroups: ctx.grid_1d(wm, GEMV_WG / GEMV_ROWS_LANES),
+        let mut storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
+        let subgroup = ctx.caps.subgroups;
+        calls.push(match epilogue {
+            Some(Epilogue::Argmax { write_out, .. }) => {
+                if n != 1 {
+                    return Err(GpuError::Wgpu("fusion plan: an ARGMAX epilogue on several tokens".to_string()));
+                }
+                storage.push((6, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots(m))));
+                let shader = if subgroup { Shader::LinearArgmaxSubgroup } else { Shader::LinearArgmax };
+                let write = ("WRITE_OUT", u32::from(write_out));
+                let (entry, constants, workgroups) = if k <= GEMV_ROWS_MAX_K {
+                    let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write];
+                    ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
+                } else {
+                    let c = vec![("WG", GEMV_WG), ("DTYPE", code), ("PART_ROWS", PART_ROWS), write];
+                    ("gemv_argmax", c, ctx.grid_1d(wm.div_ceil(PART_ROWS as usize), 1))
+                };
+                KernelCall {
+                    key: PipelineKey { shader, entry, constants },
+                    params: bytemuck::bytes_of(&params).to_vec(),
+                    storage,
+                    workgroups,
+                }
             }
-        } else if n == 1 {
-            let shader = if ctx.caps.subgroups { Shader::LinearSubgroup } else { Shader::Linear };
-            KernelCall {
-                key: PipelineKey { shader, entry: "gemv", constants: vec![("WG", GEMV_WG), ("DTYPE", code)] },
-                params: bytemuck::bytes_of(&params).to_vec(),
-                storage,
-                workgroups: ctx.grid_1d(wm, 1),
-            }
-        } else {
-            let mut workgroups = ctx.grid_1d(wm, TILE_M);
-            workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
-            if workgroups[2] > ctx.max_workgroups {
-                return Err(too_large("the token count"));
-            }
-            KernelCall {
-                key: PipelineKey {
-                    shader: Shader::Linear,
-                    entry: "tiled",
-                    constants: vec![("WG", GEMV_WG), ("DTYPE", code)],
-                },
-                params: bytemuck::bytes_of(&params).to_vec(),
-                storage,
-                workgroups,
+            _ => {
+                // The plain store, or a fused epilogue in its place (the same kernels).
+                let (mut constants, (portable, subgroups)) = (vec![("WG", GEMV_WG), ("DTYPE", code)], store.0);
+                constants.extend(store.1.iter().copied());
+                storage.extend(store.2.iter().copied());
+                if n == 1 && k <= GEMV_ROWS_MAX_K {
+                    constants.push(("LANES", GEMV_ROWS_LANES));
+                    KernelCall {
+                        key: PipelineKey { shader: portable, entry: "gemv_rows", constants },
+                        params: bytemuck::bytes_of(&params).to_vec(),
+                        storage,
+                        workgroups: ctx.grid_1d(wm, GEMV_WG / GEMV_ROWS_LANES),
+                    }
+                } else if n == 1 {
+                    let shader = if subgroup { subgroups } else { portable };
+                    KernelCall {
+                        key: PipelineKey { shader, entry: "gemv", constants },
+                        params: bytemuck::bytes_of(&params).to_vec(),
+                        storage,
+                        workgroups: ctx.grid_1d(wm, 1),
+                    }
+                } else {
+                    let mut workgroups = ctx.grid_1d(wm, TILE_M);
+                    workgroups[2] = u(n.div_ceil(TILE_N), "the token count")?;
+                    if workgroups[2] > ctx.max_workgroups {
+                        return Err(too_large("the token count"));
+                    }
+                    KernelCall {
+                        key: PipelineKey { shader: portable, entry: "tiled", constants },
+                        params: bytemuck::bytes_of(&params).to_vec(),
+                        storage,
+                        workgroups,
+                    }
+                }
             }
         });
     }
+    if let Some(Epilogue::Argmax { ids, .. }) = epilogue {
+        calls.push(argmax::partials(ctx, ids, slots(m))?);
+    }
     Ok(calls)
+}
+
+/// The shaders (portable, subgroup), the extra override constants and the extra storage
+/// bindings of the product kernels' store: `product_store.wgsl`, or an epilogue in its
+/// place (`residual_add.wgsl`, `act_mul.wgsl`; bindings 8 and 9 as for BITLINEAR).
+#[allow(clippy::type_complexity)]
+fn store(l: &Linear, epilogue: Option<Epilogue>) -> ((Shader, Shader), Vec<(&'static str, u32)>, Vec<(u32, Storage)>) {
+    match epilogue {
+        Some(Epilogue::Add { residual, sum, write_out }) => {
+            let inplace = sum == residual;
+            // In place, the weight stands in at binding 8 (read-only, unread).
+            let residual = if inplace { Storage::Tensor(l.weight, 0) } else { Storage::Tensor(residual, 0) };
+            (
+                (Shader::LinearAdd, Shader::LinearAddSubgroup),
+                vec![("WRITE_OUT", u32::from(write_out)), ("RES_INPLACE", u32::from(inplace))],
+                vec![(8, residual), (9, Storage::Tensor(sum, 0))],
+            )
+        }
+        Some(Epilogue::ActMul { gated, op, write_out }) => (
+            (Shader::LinearActMul, Shader::LinearActMulSubgroup),
+            vec![("WRITE_OUT", u32::from(write_out)), ("UNARY_OP", op as u32), ("BINARY_OP", BinaryOp::Mul as u32)],
+            vec![(9, Storage::Tensor(gated, 0))],
+        ),
+        None | Some(Epilogue::Argmax { .. }) => ((Shader::Linear, Shader::LinearSubgroup), vec![], vec![]),
+    }
+}
+
+/// The (key, index) slots of an LM head of `m` rows: one per [`PART_ROWS`] rows.
+fn slots(m: usize) -> u64 {
+    m.div_ceil(PART_ROWS as usize) as u64
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 // (kernels/layout.rs) exactly as memory::quant decodes them, products summed in f32.
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32), then
-// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1).
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1); followed by the file that
+// defines store_out(i, v), what the products do with output element i: product_store.wgsl
+// (write it to `out`), or a fused epilogue (residual_add.wgsl, act_mul.wgsl).
 //
 // Entry points:
 // - quantize_blocks (Int8Blocks activations, before gemv, gemv_rows or tiled): one
@@ -232,18 +234,23 @@ fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
     return acc;
 }
 
-@compute @workgroup_size(WG)
-fn gemv(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
-    let tok = ids.wid.z;
+// Output `row` of token `tok` as gemv computes it. Called by the whole workgroup in uniform
+// control flow (the reduction), rows at or past m included; the sum in every invocation.
+fn gemv_total(row: u32, tok: u32, ids: Ids) -> f32 {
     var acc = 0.0;
     if (row < p.m) {
         acc = dot_chunks(row, tok, ids.lidx, WG);
     }
-    // Every invocation reaches the reduction (uniform control flow), rows past m included.
-    let total = reduce_add_f32(acc, ids);
+    return reduce_add_f32(acc, ids);
+}
+
+@compute @workgroup_size(WG)
+fn gemv(ids: Ids) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let tok = ids.wid.z;
+    let total = gemv_total(row, tok, ids);
     if (row < p.m && ids.lidx == 0u) {
-        out[tok * p.out_stride + p.row0 + row] = total;
+        store_out(tok * p.out_stride + p.row0 + row, total);
     }
 }
 
@@ -252,26 +259,36 @@ override LANES: u32 = 8u;
 // gemv_rows' partial sums, one per invocation.
 var<workgroup> row_partials: array<f32, 256>;
 
-// WG / LANES rows per workgroup, LANES invocations per row, for short rows: one barrier,
-// then the first invocation of each row adds its row's LANES partials in order.
-@compute @workgroup_size(WG)
-fn gemv_rows(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>) {
+// Output `row` of token `tok` as gemv_rows computes it, LANES invocations per row (this one
+// is invocation `lidx`): partial sums, one barrier (so the whole workgroup calls it, in
+// uniform control flow), then the row's first invocation adds its row's LANES partials in
+// order. The sum in that invocation (lane 0); 0 in the others.
+fn rows_total(row: u32, tok: u32, lidx: u32) -> f32 {
     let lane = lidx % LANES;
-    let row = (wid.y * nwg.x + wid.x) * (WG / LANES) + lidx / LANES;
-    let tok = wid.z;
     var acc = 0.0;
     if (row < p.m) {
         acc = dot_chunks(row, tok, lane, LANES);
     }
     row_partials[lidx] = acc;
     workgroupBarrier();
-    if (row < p.m && lane == 0u) {
-        var total = 0.0;
+    var total = 0.0;
+    if (lane == 0u) {
         for (var i = 0u; i < LANES; i = i + 1u) {
             total = total + row_partials[lidx + i];
         }
-        out[tok * p.out_stride + p.row0 + row] = total;
+    }
+    return total;
+}
+
+// WG / LANES rows per workgroup, LANES invocations per row, for short rows.
+@compute @workgroup_size(WG)
+fn gemv_rows(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = (wid.y * nwg.x + wid.x) * (WG / LANES) + lidx / LANES;
+    let tok = wid.z;
+    let total = rows_total(row, tok, lidx);
+    if (row < p.m && lidx % LANES == 0u) {
+        store_out(tok * p.out_stride + p.row0 + row, total);
     }
 }
 
@@ -332,7 +349,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             let r = row0 + tr + 16u * i;
             let t = tok0 + tt + 16u * j;
             if (r < p.m && t < p.n) {
-                out[t * p.out_stride + p.row0 + r] = acc[2u * i + j];
+                store_out(t * p.out_stride + p.row0 + r, acc[2u * i + j]);
             }
         }
     }

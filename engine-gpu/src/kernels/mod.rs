@@ -10,6 +10,7 @@ pub(crate) mod attention;
 pub(crate) mod bitlinear;
 pub(crate) mod elementwise;
 pub(crate) mod embed;
+pub(crate) mod epilogue;
 pub(crate) mod kv_write;
 pub(crate) mod layout;
 pub(crate) mod linear;
@@ -50,6 +51,21 @@ pub(crate) enum Shader {
     TopK,
     /// `embed.wgsl`: EMBED.
     Embed,
+    /// `linear.wgsl` with the `residual_add.wgsl` epilogue (fused LINEAR + TENSOR_ADD),
+    /// portable reductions.
+    LinearAdd,
+    /// `linear.wgsl` with the `residual_add.wgsl` epilogue, subgroup reductions.
+    LinearAddSubgroup,
+    /// `linear.wgsl` with the `act_mul.wgsl` epilogue (fused up LINEAR + SILU/RELU2/GELU +
+    /// ELEMENT_MUL), portable reductions.
+    LinearActMul,
+    /// `linear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
+    LinearActMulSubgroup,
+    /// `linear_argmax.wgsl` after `linear.wgsl`, `product_store.wgsl` and `argmax_key.wgsl` (a one-token LINEAR
+    /// with the first pass of the ARGMAX of its output), portable reductions.
+    LinearArgmax,
+    /// `linear_argmax.wgsl`, subgroup reductions.
+    LinearArgmaxSubgroup,
     /// `linear.wgsl` after `reduce_portable.wgsl` and `act_quant.wgsl`: LINEAR, portable
     /// reductions.
     Linear,
@@ -78,7 +94,7 @@ pub(crate) enum Shader {
     BitlinearActMul,
     /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
     BitlinearActMulSubgroup,
-    /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `bitlinear_store.wgsl` and
+    /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `product_store.wgsl` and
     /// `elementwise_ops.wgsl` (several one-token BITLINEAR products in one dispatch),
     /// portable reductions.
     BitlinearMulti,
@@ -106,6 +122,12 @@ impl Shader {
             Shader::ArgmaxSubgroup => "argmax.wgsl (subgroups)",
             Shader::TopK => "top_k.wgsl",
             Shader::Embed => "embed.wgsl",
+            Shader::LinearAdd => "linear.wgsl+residual_add.wgsl",
+            Shader::LinearAddSubgroup => "linear.wgsl+residual_add.wgsl (subgroups)",
+            Shader::LinearActMul => "linear.wgsl+act_mul.wgsl",
+            Shader::LinearActMulSubgroup => "linear.wgsl+act_mul.wgsl (subgroups)",
+            Shader::LinearArgmax => "linear_argmax.wgsl",
+            Shader::LinearArgmaxSubgroup => "linear_argmax.wgsl (subgroups)",
             Shader::Linear => "linear.wgsl",
             Shader::LinearSubgroup => "linear.wgsl (subgroups)",
             Shader::Bitlinear => "bitlinear.wgsl",
@@ -133,32 +155,84 @@ impl Shader {
             Shader::RmsNormSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
             Shader::Softmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("softmax.wgsl")),
             Shader::SoftmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
-            Shader::Argmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("argmax.wgsl")),
-            Shader::ArgmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("argmax.wgsl")),
+            Shader::Argmax => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("argmax.wgsl")
+            ),
+            Shader::ArgmaxSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("argmax.wgsl")
+            ),
             Shader::TopK => include_str!("top_k.wgsl"),
+            Shader::LinearAdd => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::LinearAddSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("residual_add.wgsl")
+            ),
+            Shader::LinearActMul => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
+            Shader::LinearActMulSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("act_mul.wgsl")
+            ),
+            Shader::LinearArgmax => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("linear_argmax.wgsl")
+            ),
+            Shader::LinearArgmaxSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl"),
+                include_str!("argmax_key.wgsl"),
+                include_str!("linear_argmax.wgsl")
+            ),
             Shader::Embed => include_str!("embed.wgsl"),
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
-                include_str!("linear.wgsl")
+                include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl")
             ),
             Shader::LinearSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
-                include_str!("linear.wgsl")
+                include_str!("linear.wgsl"),
+                include_str!("product_store.wgsl")
             ),
             Shader::Bitlinear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
-                include_str!("bitlinear_store.wgsl")
+                include_str!("product_store.wgsl")
             ),
             Shader::BitlinearSubgroup => {
                 concat!(
                     include_str!("reduce_subgroup.wgsl"),
                     include_str!("act_quant.wgsl"),
                     include_str!("bitlinear.wgsl"),
-                    include_str!("bitlinear_store.wgsl")
+                    include_str!("product_store.wgsl")
                 )
             }
             Shader::BitlinearAdd => concat!(
@@ -191,7 +265,7 @@ impl Shader {
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
-                include_str!("bitlinear_store.wgsl"),
+                include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("bitlinear_multi.wgsl")
             ),
@@ -199,7 +273,7 @@ impl Shader {
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("bitlinear.wgsl"),
-                include_str!("bitlinear_store.wgsl"),
+                include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("bitlinear_multi.wgsl")
             ),
@@ -284,7 +358,8 @@ pub(crate) enum Storage {
 }
 
 /// A GPU-only working buffer that is not an ISA tensor (BITLINEAR's int8 activations,
-/// LINEAR's int8-rounded activations, ATTENTION's split-K partial results).
+/// LINEAR's int8-rounded activations, a fused ARGMAX's partials, ATTENTION's split-K
+/// partial results).
 ///
 /// The compiler creates one buffer per key per compiled program, once, sized to the largest
 /// request of that key among the program's dispatches; every dispatch naming the key binds
@@ -305,6 +380,9 @@ pub enum ScratchKey {
     /// LINEAR's activations rounded to int8 blocks (`LinearActivations::Int8Blocks`), as
     /// the product kernels read them: `x̂ = q / s_b` correctly rounded, f32 `[n, k]`.
     LinearActivations,
+    /// A fused LM head's ARGMAX partials (`linear_argmax.wgsl`): per 8 output rows, the
+    /// order key of their largest value and its index, two u32 words.
+    ArgmaxPartials,
     /// ATTENTION's split-K partial results: per (query row, head, split) a slot of
     /// `head_dim + 2` f32, `[m, l, o_0 .. o_{head_dim−1}]` (see `attention.wgsl`).
     AttentionPartials,

@@ -1,7 +1,7 @@
-// The residual TENSOR_ADD as the epilogue of a BITLINEAR product (fuse.rs, pattern
-// ResidualEpilogue), replacing bitlinear_store.wgsl after bitlinear.wgsl:
+// The residual TENSOR_ADD as the epilogue of a BITLINEAR or LINEAR product (fuse.rs, pattern
+// ResidualEpilogue), replacing product_store.wgsl after bitlinear.wgsl or linear.wgsl:
 //
-//     BITLINEAR(p, x, w) ; TENSOR_ADD(o, r, p)   (or TENSOR_ADD(o, p, r))
+//     BITLINEAR(p, x, w) ; TENSOR_ADD(o, r, p)   (or TENSOR_ADD(o, p, r); or LINEAR(p, x, w))
 //
 // becomes one product kernel that, for each output element i, writes p[i] (unless the
 // fusion pass proved that write dead: WRITE_OUT = 0) and o[i] = r[i] + p[i]. The add is the
