@@ -15,5 +15,11 @@ if [ -z "${PUREBEE_TEST_PYTHON:-}" ] && [ "${PUREBEE_SKIP_OPENAI:-}" != 1 ]; the
   PUREBEE_TEST_PYTHON=$(./scripts/python-env.sh)
   export PUREBEE_TEST_PYTHON
 fi
+# Test binaries create GPU engines directly, without the CLI's `quiet_display_probing`: the
+# same switch here keeps Mesa's device selection from printing `XDG_RUNTIME_DIR is invalid`
+# on every probe (unless one of its variables is already set).
+if [ -z "${NODEVICE_SELECT:-}${MESA_VK_DEVICE_SELECT:-}${MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE:-}${DRI_PRIME:-}" ]; then
+  export NODEVICE_SELECT=1
+fi
 # `cargo test` builds every crate, test and binary it runs (in the test profile, once).
 cargo test --workspace --locked

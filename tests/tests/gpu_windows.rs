@@ -77,3 +77,38 @@ fn embed_from_an_f16_table_split_in_windows() {
     });
     assert_eq!(f32s(&gpu[0]), f32s(&reference[0]), "EMBED F16 [1000, 256] ids in both windows");
 }
+
+#[test]
+fn embed_and_linear_from_a_q8_0_table_whose_last_window_is_not_whole_words() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // Q8_0 [1001, 288]: 9 blocks of 34 bytes, 306 bytes a row (2 mod 4), 306 KB: two
+    // windows, the last of an odd number of rows, so its byte count is not a multiple of 4
+    // (a binding's size must be).
+    let (rows, cols) = (1001, 288);
+    let bytes: Vec<u8> = (0..rows * cols / 32)
+        .flat_map(|b| {
+            let codes = (0..32).map(move |i| (((b * 7919 + i * 31) % 9) as i8 - 4) as u8);
+            half::f16::from_f32(0.5).to_le_bytes().into_iter().chain(codes)
+        })
+        .collect();
+    let table =
+        HostTensor::from_bytes("t", DType::Q8_0, Shape::new(&[rows, cols]).expect("shape"), &bytes).expect("size");
+    let ids = vec![0u32, 1000, 999, 512, 700, 3];
+    let n = ids.len();
+    let inputs = [("t", table.clone()), ("ids", HostTensor::from_u32("ids", Shape::vector(n), ids).expect("size"))];
+    let (gpu, reference) = windowed_pair().run(&inputs, &[], |b, name, t| {
+        let out = b.alloc(&name("out"), DType::F32, &[n, cols])?;
+        b.embed(out, t[0], t[1])?;
+        Ok(vec![out])
+    });
+    assert_eq!(f32s(&gpu[0]), f32s(&reference[0]), "EMBED Q8_0 [1001, 288]");
+    let inputs = [("w", table), ("x", x_of(1, cols))];
+    let (gpu, reference) = windowed_pair().run(&inputs, &[], |b, name, ids| {
+        let out = b.alloc(&name("out"), DType::F32, &[1, rows])?;
+        b.linear(out, ids[1], ids[0])?;
+        Ok(vec![out])
+    });
+    assert_eq!(f32s(&gpu[0]), f32s(&reference[0]), "LINEAR Q8_0 [1001, 288]");
+}

@@ -96,7 +96,11 @@ pub(crate) fn record(ctx: &RecordCtx, e: &Embed) -> Result<Vec<KernelCall>, GpuE
         };
         let window = |part: usize, bytes_per_row: u64| {
             if split {
-                let (offset, size) = (rows.start as u64 * bytes_per_row, rows.len() as u64 * bytes_per_row);
+                // A binding's size must be a multiple of 4: the last window of rows of an
+                // odd byte count (Q8_0's 34 per block) is rounded up into the buffer's
+                // padding (buffers are padded to whole words), as in `linear.rs`.
+                let offset = rows.start as u64 * bytes_per_row;
+                let size = (rows.len() as u64 * bytes_per_row).next_multiple_of(4);
                 Storage::TensorRange(e.table, part, offset, size)
             } else {
                 Storage::Tensor(e.table, part)
