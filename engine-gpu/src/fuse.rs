@@ -342,30 +342,44 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let last = j - 1;
     let Some(Instruction::Linear(ll)) = instructions.get(last) else { return None };
     let product = Product::of_linear(ll);
-    let tail = match (instructions.get(j), instructions.get(j + 1)) {
-        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, &product, a).map(|residual| TailPart {
+    let tail = tail_of(ctx, limits, instructions, last, &product);
+    let int8 = l0.activations == LinearActivations::Int8Blocks;
+    let g = LinearGroup { linears, tail, int8 };
+    (!g.patterns().is_empty()).then_some(g)
+}
+
+/// The epilogue absorbed after the product at `last` (BITLINEAR or LINEAR), when the
+/// instructions right after it are a residual add or an activation and a multiply that
+/// the product kernel can apply.
+fn tail_of(
+    ctx: &RecordCtx,
+    limits: &Limits,
+    instructions: &[Instruction],
+    last: usize,
+    product: &Product,
+) -> Option<TailPart> {
+    let j = last + 1;
+    match (instructions.get(j), instructions.get(j + 1)) {
+        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, product, a).map(|residual| TailPart {
             last: j,
             epilogue: Epilogue::Add {
                 residual,
                 sum: a.out,
-                write_out: !write_is_dead(instructions, last, ll.out, &[j]),
+                write_out: !write_is_dead(instructions, last, product.out, &[j]),
             },
         }),
         (Some(act), Some(Instruction::ElementMul(mul))) => {
-            act_mul_of(ctx, &product, act, mul).map(|(gated, op)| TailPart {
+            act_mul_of(ctx, product, act, mul).map(|(gated, op)| TailPart {
                 last: j + 1,
                 epilogue: Epilogue::ActMul {
                     gated,
                     op,
-                    write_out: !write_is_dead(instructions, last, ll.out, &[j + 1]),
+                    write_out: !write_is_dead(instructions, last, product.out, &[j + 1]),
                 },
             })
         }
         _ => None,
-    };
-    let int8 = l0.activations == LinearActivations::Int8Blocks;
-    let g = LinearGroup { linears, tail, int8 };
-    (!g.patterns().is_empty()).then_some(g)
+    }
 }
 
 /// What the epilogue preconditions look at in a product (BITLINEAR or LINEAR).
@@ -660,27 +674,7 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     let last = linears[linears.len() - 1];
     let Some(Instruction::BitLinear(bl)) = instructions.get(last) else { return None };
     let product = Product::of_bitlinear(bl);
-    let tail = match (instructions.get(j), instructions.get(j + 1)) {
-        (Some(Instruction::TensorAdd(a)), _) => epilogue_of(ctx, limits, &product, a).map(|residual| TailPart {
-            last: j,
-            epilogue: Epilogue::Add {
-                residual,
-                sum: a.out,
-                write_out: !write_is_dead(instructions, last, bl.out, &[j]),
-            },
-        }),
-        (Some(act), Some(Instruction::ElementMul(mul))) => {
-            act_mul_of(ctx, &product, act, mul).map(|(gated, op)| TailPart {
-                last: j + 1,
-                epilogue: Epilogue::ActMul {
-                    gated,
-                    op,
-                    write_out: !write_is_dead(instructions, last, bl.out, &[j + 1]),
-                },
-            })
-        }
-        _ => None,
-    };
+    let tail = tail_of(ctx, limits, instructions, last, &product);
     let norm =
         norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
     let merged = mergeable(ctx, limits, instructions, &linears, tail);

@@ -1,5 +1,5 @@
-// ARGMAX's comparison, shared by argmax.wgsl and linear_argmax.wgsl (the fused LM head), so
-// that both order values by the same rule.
+// ARGMAX's comparison, shared by argmax.wgsl, linear_argmax.wgsl (the fused LM head) and
+// top_k.wgsl, so that all order values by the same rule.
 //
 // Values are compared as raw bits: each non-NaN value maps to an order-preserving u32 key
 // (-0 first folded onto +0, since -0 == +0), so subnormals, infinities and signed zeros

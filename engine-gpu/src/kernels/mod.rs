@@ -165,7 +165,7 @@ impl Shader {
                 include_str!("argmax_key.wgsl"),
                 include_str!("argmax.wgsl")
             ),
-            Shader::TopK => include_str!("top_k.wgsl"),
+            Shader::TopK => concat!(include_str!("argmax_key.wgsl"), include_str!("top_k.wgsl")),
             Shader::LinearAdd => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),

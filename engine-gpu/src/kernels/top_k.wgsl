@@ -49,18 +49,7 @@ const E: u32 = 16u;
 
 var<workgroup> red: array<vec2<u32>, 256>;
 
-// The order-preserving key of an f32's bits: 0 for NaN, -0 folded onto +0.
-fn value_key(bits: u32) -> u32 {
-    if ((bits & 0x7fffffffu) > 0x7f800000u) {
-        return 0u;
-    }
-    let b = select(bits, 0u, bits == 0x80000000u);
-    if ((b & 0x80000000u) != 0u) {
-        return ~b;
-    }
-    return b | 0x80000000u;
-}
-
+// Keys are (argmax_key of the value, !index): larger first, then lower index.
 fn above(a: vec2<u32>, b: vec2<u32>) -> bool {
     return a.x > b.x || (a.x == b.x && a.y > b.y);
 }
@@ -87,7 +76,7 @@ fn top_k(
         if (j < len) {
             let i = start + j;
             if (FROM_X == 1u) {
-                key = vec2<u32>(value_key(x[row * p.m + i]), ~i);
+                key = vec2<u32>(argmax_key(x[row * p.m + i]), ~i);
             } else {
                 key = cand_in[row * p.count + i];
             }
