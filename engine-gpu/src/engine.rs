@@ -68,8 +68,10 @@ pub struct GpuEngine {
     staging: Option<wgpu::Buffer>,
     /// Dispatches and submits so far (`Engine::counters`).
     counters: DispatchCounters,
-    /// The last program's commands, not submitted yet.
-    unsubmitted: Option<wgpu::CommandBuffer>,
+    /// The commands of the programs run since the last submit, in order: a program that
+    /// writes nothing to the queue (no parameters, nothing to compile or upload) joins them,
+    /// so a decode step and the programs and reads after it go out as one submission.
+    unsubmitted: Vec<wgpu::CommandBuffer>,
     reads_in_flight: VecDeque<InFlightRead>,
     next_ticket: u64,
     /// Staging buffers of finished `read_later`s, for reuse.
@@ -89,7 +91,7 @@ impl GpuEngine {
             plans: Lru::new(RUN_PLANS),
             staging: None,
             counters: DispatchCounters::default(),
-            unsubmitted: None,
+            unsubmitted: Vec::new(),
             reads_in_flight: VecDeque::new(),
             next_ticket: 0,
             spare_staging: Vec::new(),
@@ -120,16 +122,16 @@ impl GpuEngine {
         }
     }
 
-    /// Submits the pending program's commands, then `extra`, in one submission.
+    /// Submits the pending programs' commands, then `extra`, in one submission.
     fn submit(&mut self, extra: Option<wgpu::CommandBuffer>) -> wgpu::SubmissionIndex {
         self.counters.submits += 1;
-        self.ctx.queue.submit(self.unsubmitted.take().into_iter().chain(extra))
+        self.ctx.queue.submit(std::mem::take(&mut self.unsubmitted).into_iter().chain(extra))
     }
 
-    /// Submits the pending program's commands, if any: before a queue write (which would
+    /// Submits the pending programs' commands, if any: before a queue write (which would
     /// otherwise land ahead of them) and before waiting.
     fn flush(&mut self) {
-        if self.unsubmitted.is_some() {
+        if !self.unsubmitted.is_empty() {
             self.submit(None);
         }
     }
@@ -244,9 +246,6 @@ impl Engine for GpuEngine {
 
     fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
         program.check_params(params)?;
-        // The previous program's commands go first: this one's parameter (and any weight)
-        // writes would otherwise land ahead of them.
-        self.flush();
         if !self.plans.contains(&program.id()) {
             let plan = RunPlan::new(program, &self.memory)?;
             self.plans.insert(program.id(), plan);
@@ -258,6 +257,11 @@ impl Engine for GpuEngine {
         self.check_liveness(plan)?;
         plan.check_positions(program, params, &self.memory)?;
         let current = self.compiled.peek(&program.id()).is_some_and(|c| c.is_current(&self.store));
+        if !current || !params.is_empty() {
+            // The earlier programs' commands go first: this one's parameter writes (and the
+            // uploads of a compile) would otherwise land ahead of them.
+            self.flush();
+        }
         if !current {
             let c = compile(&self.ctx, &self.memory, &mut self.store, &mut self.pipelines, program)?;
             self.compiled.insert(program.id(), c);
@@ -338,7 +342,7 @@ impl Engine for GpuEngine {
         }
         if !c.steps.is_empty() {
             // A program of FREEs only records nothing: no submit for it.
-            self.unsubmitted = Some(encoder.finish());
+            self.unsubmitted.push(encoder.finish());
         }
         if timed {
             // The profile waits for this run's timestamps.

@@ -128,4 +128,19 @@ fn candidates_draw_the_tokens_of_whole_rows_on_the_gpu() {
         let candidates = tokens(&mut model, &mut session, &config, false);
         assert_eq!(candidates, whole, "{what}: candidates vs whole rows on the GPU");
     }
+    // A sampled decode step is two submits: the pass, TOP_K and the values' read together
+    // (programs without queue writes join the pending commands), then the ids' read.
+    let config = configs().into_iter().next().expect("a config").1;
+    let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
+    session.clear();
+    let mut g = Generator::new(&session, &prompt, config).expect("valid");
+    g.step(&mut model, &mut session).expect("prefill").expect("a token");
+    g.step(&mut model, &mut session).expect("step").expect("a token");
+    let counters = |m: &Model<GpuEngine>| m.engine().counters().expect("the GPU engine counts");
+    let before = counters(&model);
+    let steps = 8;
+    for _ in 0..steps {
+        g.step(&mut model, &mut session).expect("step").expect("a token");
+    }
+    assert_eq!(counters(&model).since(before).submits, 2 * steps as u64, "submits per sampled decode step");
 }
