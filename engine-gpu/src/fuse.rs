@@ -134,6 +134,17 @@ pub(crate) struct TailPart {
     pub epilogue: Epilogue,
 }
 
+impl TailPart {
+    /// The pattern this epilogue applies.
+    fn pattern(&self) -> Pattern {
+        match self.epilogue {
+            Epilogue::Add { .. } => Pattern::ResidualEpilogue,
+            Epilogue::ActMul { .. } => Pattern::ActMulEpilogue,
+            Epilogue::Argmax { .. } => Pattern::ArgmaxPartials,
+        }
+    }
+}
+
 /// Consecutive instructions that share one activation quantization: an optional RMS_NORM,
 /// one or more BITLINEARs reading the same tensor, and an optional epilogue (a residual
 /// add, or an activation and a multiply) after the last of them.
@@ -164,12 +175,7 @@ impl QuantGroup {
         if self.norm.is_some() {
             p.push(Pattern::NormQuantization);
         }
-        match self.tail.map(|t| t.epilogue) {
-            Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
-            Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
-            Some(Epilogue::Argmax { .. }) => p.push(Pattern::ArgmaxPartials),
-            None => {}
-        }
+        p.extend(self.tail.map(|t| t.pattern()));
         if self.merged {
             p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
         }
@@ -200,12 +206,7 @@ impl LinearGroup {
         if self.int8 && self.linears.len() > 1 {
             p.push(Pattern::SharedQuantization);
         }
-        match self.tail.map(|t| t.epilogue) {
-            Some(Epilogue::Add { .. }) => p.push(Pattern::ResidualEpilogue),
-            Some(Epilogue::ActMul { .. }) => p.push(Pattern::ActMulEpilogue),
-            Some(Epilogue::Argmax { .. }) => p.push(Pattern::ArgmaxPartials),
-            None => {}
-        }
+        p.extend(self.tail.map(|t| t.pattern()));
         p
     }
 }

@@ -307,10 +307,10 @@ impl<E: Engine> Model<E> {
         let (values, ids) = (self.engine.read_later(c.values)?, self.engine.read_later(c.ids)?);
         let (values, ids) = (self.engine.finish_read(values)?, self.engine.finish_read(ids)?);
         self.release_prefill(session, key)?;
-        let words = |b: Vec<u8>| b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect::<Vec<_>>();
+        let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
         Ok((
-            words(values).into_iter().map(f32::from_le_bytes).collect(),
-            words(ids).into_iter().map(u32::from_le_bytes).collect(),
+            values.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect(),
+            ids.chunks_exact(4).map(|c| u32::from_le_bytes(word(c))).collect(),
         ))
     }
 

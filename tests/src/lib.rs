@@ -12,6 +12,7 @@
 pub mod bitnet_checks;
 pub mod differential;
 pub mod rng;
+pub mod watched;
 
 use std::path::PathBuf;
 

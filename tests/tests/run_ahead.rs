@@ -3,50 +3,20 @@
 //! engine before the host has it. The ids must be exactly those of the plain loop, the
 //! session must hold exactly the ids it ran, and on the GPU a decode step costs one submit.
 //!
-//! `Overlapping` wraps the reference engine and claims overlapping reads, so the run-ahead
+//! `WatchedRef::new(true)` wraps the reference engine and claims overlapping reads, so the run-ahead
 //! path of the runtime is checked deterministically without a GPU; the GPU test runs it on
 //! the real asynchronous engine (lavapipe in CI).
 
 use purebee_engine_gpu::{GpuEngine, GpuOptions};
 use purebee_engine_ref::RefEngine;
-use purebee_isa::{DispatchCounters, Engine, ExecError, ParamValue, Program, Registry, TensorId};
+use purebee_isa::{DispatchCounters, Engine};
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::{generate, generate_reusing_cache, Generator, Model, ModelError, Session, StopReason};
 use purebee_tests::differential::gpu_tests_skipped;
+use purebee_tests::watched::WatchedRef;
 use purebee_tests::{case_ids, greedy_ignoring_eos as greedy, tiny};
 
 const MODEL: &str = "tiny_b158_f32";
-
-/// The reference engine, claiming that its reads overlap its work (they complete at once,
-/// which `read_later` allows) so that the runtime takes its run-ahead path.
-struct Overlapping(RefEngine);
-
-impl Engine for Overlapping {
-    fn name(&self) -> &'static str {
-        "ref (overlapping reads)"
-    }
-    fn memory(&self) -> &Registry {
-        self.0.memory()
-    }
-    fn memory_mut(&mut self) -> &mut Registry {
-        self.0.memory_mut()
-    }
-    fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
-        self.0.execute(program, params)
-    }
-    fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError> {
-        self.0.write(tensor, bytes)
-    }
-    fn read(&mut self, tensor: TensorId) -> Result<Vec<u8>, ExecError> {
-        self.0.read(tensor)
-    }
-    fn sync(&mut self) -> Result<(), ExecError> {
-        self.0.sync()
-    }
-    fn reads_overlap(&self) -> bool {
-        true
-    }
-}
 
 fn file() -> GgufFile {
     GgufFile::open(tiny(&format!("{MODEL}.gguf"))).expect("fixture opens")
@@ -62,7 +32,7 @@ fn model_and_session<E: Engine>(engine: E, n_ctx: usize) -> (Model<E>, Session) 
 fn running_ahead_gives_llama_cpps_greedy_ids_and_the_session_holds_what_ran() {
     let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
     let want = case_ids(MODEL, "p16", "llamacpp_greedy_ids");
-    let (mut model, mut session) = model_and_session(Overlapping(RefEngine::new()), 256);
+    let (mut model, mut session) = model_and_session(WatchedRef::new(true), 256);
     let g = generate(&mut model, &mut session, &prompt, &greedy(want.len()), |_| false, |_| {}).expect("generates");
     assert_eq!(g.generated, want);
     // The step queued after the last token ran that token: the session holds the prompt and
@@ -86,7 +56,7 @@ fn running_ahead_stops_at_the_end_of_the_context_as_the_plain_loop_does() {
     let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
     let n_ctx = prompt.len() + 3;
     let ahead = {
-        let (mut model, mut session) = model_and_session(Overlapping(RefEngine::new()), n_ctx);
+        let (mut model, mut session) = model_and_session(WatchedRef::new(true), n_ctx);
         generate(&mut model, &mut session, &prompt, &greedy(50), |_| false, |_| {}).expect("generates")
     };
     let plain = {

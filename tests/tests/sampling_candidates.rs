@@ -6,52 +6,17 @@
 //! On the reference engine (which also counts the bytes each step reads back) and on the
 //! GPU engine (lavapipe in CI).
 
-use std::cell::Cell;
-use std::rc::Rc;
-
 use purebee_engine_gpu::{GpuEngine, GpuOptions};
-use purebee_engine_ref::RefEngine;
-use purebee_isa::{Engine, ExecError, ParamValue, PendingRead, Program, Registry, TensorId};
+use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::{Generator, Model, Session};
 use purebee_tests::differential::gpu_tests_skipped;
+use purebee_tests::watched::WatchedRef;
 use purebee_tests::{case_ids, tiny};
 
 const MODEL: &str = "tiny_b158_tq2_0";
 const TOKENS: usize = 24;
-
-/// The reference engine, counting the bytes read back from it.
-struct Counting(RefEngine, Rc<Cell<usize>>);
-
-impl Engine for Counting {
-    fn name(&self) -> &'static str {
-        "ref (counting reads)"
-    }
-    fn memory(&self) -> &Registry {
-        self.0.memory()
-    }
-    fn memory_mut(&mut self) -> &mut Registry {
-        self.0.memory_mut()
-    }
-    fn execute(&mut self, program: &Program, params: &[ParamValue]) -> Result<(), ExecError> {
-        self.0.execute(program, params)
-    }
-    fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError> {
-        self.0.write(tensor, bytes)
-    }
-    fn read(&mut self, tensor: TensorId) -> Result<Vec<u8>, ExecError> {
-        let bytes = self.0.read(tensor)?;
-        self.1.set(self.1.get() + bytes.len());
-        Ok(bytes)
-    }
-    fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
-        Ok(PendingRead::ready(self.read(tensor)?))
-    }
-    fn sync(&mut self) -> Result<(), ExecError> {
-        self.0.sync()
-    }
-}
 
 /// Sampler settings that read candidates (`Some` from `candidates`) and some that cannot.
 fn configs() -> Vec<(&'static str, SamplerConfig)> {
@@ -95,8 +60,9 @@ fn load<E: Engine>(engine: E) -> (Model<E>, Session) {
 
 #[test]
 fn candidates_draw_the_tokens_of_whole_rows_on_the_reference_engine() {
-    let read = Rc::new(Cell::new(0));
-    let (mut model, mut session) = load(Counting(RefEngine::new(), read.clone()));
+    let engine = WatchedRef::new(false);
+    let read = engine.bytes_read();
+    let (mut model, mut session) = load(engine);
     let vocab = model.config().n_vocab;
     for (what, config) in configs() {
         read.set(0);
