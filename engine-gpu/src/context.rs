@@ -159,6 +159,14 @@ impl GpuContext {
         format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
     }
 
+    /// True on a CPU adapter (Mesa's lavapipe): a software driver that rounds every WGSL
+    /// float operation as written. A GPU driver may contract `a · b + c` into one fused
+    /// multiply-add (SPIR-V allows it wherever `NoContraction` is absent, and naga never sets
+    /// it), and may decide differently in two shaders doing the same arithmetic.
+    pub fn is_cpu(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// The capabilities the kernels use.
     pub fn capabilities(&self) -> Capabilities {
         self.caps

@@ -19,7 +19,10 @@
 //! one-token LM heads with their ARGMAX (F32, F16, Q8_0 weights, f32 or int8-block
 //! activations, `gemv_rows` and `gemv` rows, row windows, tied maxima and NaN logits).
 //! Since the unfused kernels are held to the reference by the per-instruction tests, this
-//! carries their tolerances over to the fused program.
+//! carries their tolerances over to the fused program. That is on a driver that rounds every
+//! float operation as written (lavapipe, CI's driver); a GPU driver may contract `a·b + c`
+//! into one FMA differently in the two programs, so there the outputs must agree within a
+//! relative L2 distance of 1e-3 (`GPU_DRIVER_REL_L2` says why that bound).
 //!
 //! **Fused GPU vs the reference engine**, with the per-instruction tolerances:
 //! - shared quantization and the residual epilogue on `bitlinear.rs`'s *exact* data
@@ -48,7 +51,7 @@
 //! Case counts are small: lavapipe is slow, and the whole file must stay cheap in CI.
 
 use proptest::prelude::*;
-use purebee_engine_gpu::{GpuEngine, ScratchKey};
+use purebee_engine_gpu::{GpuEngine, GpuOptions, ScratchKey};
 use purebee_isa::ops::LINEAR_ACT_BLOCK;
 use purebee_isa::ops::{
     bitlinear_act_scale, bitlinear_quantize, quantize_blocks, Attention, LinearActivations, Rope, RopeStyle,
@@ -273,11 +276,48 @@ fn fused_and_unfused(
     (fused, unfused, reference, fk, uk)
 }
 
-/// Every output equal bit for bit.
+/// True when the GPU tests run on a CPU adapter (lavapipe, as in CI), whose every float
+/// operation rounds as written: there the fused program must give the unfused one's bits.
+fn rounds_as_written() -> bool {
+    // Its own engine: a caller may hold the pairs' locks.
+    static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CPU.get_or_init(|| GpuEngine::new(&GpuOptions::default()).is_ok_and(|g| g.context().is_cpu()))
+}
+
+/// Relative L2 distance allowed between fused and unfused outputs on a GPU driver. Such a
+/// driver may contract a product and the add after it into one fused multiply-add, and does
+/// so differently in a fused epilogue (`x + y·scale` in one kernel) than across the unfused
+/// kernels (the product rounded to memory first): seen on an H200 (NVIDIA 580) as a 1-ulp
+/// difference in a layer's output. One skipped rounding per operation moves an output by
+/// about 2⁻²⁴ relative per operation on its path; the worst it can set off is an int8 code
+/// of a later activation quantization rounded the other way (its value within an ulp of
+/// .5), which moves the sums that code feeds by one quantization step out of 127 of a row's
+/// maximum, about 1/(127·√d) of the output's norm (under 1e-3 for every d ≥ 64 here). A
+/// wrong fusion (a missed epilogue, a wrong row or scale) moves it by O(1).
+const GPU_DRIVER_REL_L2: f64 = 1e-3;
+
+/// Every output equal bit for bit where the driver rounds as written; on a GPU driver, each
+/// output bit for bit or within [`GPU_DRIVER_REL_L2`] (NaN where the other has NaN).
 fn assert_bits(fused: &Outputs, unfused: &Outputs, what: &str) -> Result<(), TestCaseError> {
+    let exact = rounds_as_written();
     for (i, (a, b)) in fused.iter().zip(unfused).enumerate() {
         if a != b {
             let (a, b) = (f32s(a), f32s(b));
+            if !exact && a.len() == b.len() {
+                let nan_alike = a.iter().zip(&b).all(|(x, y)| x.is_nan() == y.is_nan());
+                let (mut diff, mut norm) = (0f64, 0f64);
+                for (x, y) in a.iter().zip(&b).filter(|(x, y)| !x.is_nan() && !y.is_nan()) {
+                    diff += (f64::from(*x) - f64::from(*y)).powi(2);
+                    norm += f64::from(*y).powi(2);
+                }
+                let rel = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
+                if nan_alike && rel <= GPU_DRIVER_REL_L2 {
+                    continue;
+                }
+                return Err(TestCaseError::fail(format!(
+                    "{what}: output {i} differs fused vs unfused by {rel:.3e} relative L2 (NaN positions alike: {nan_alike})"
+                )));
+            }
             let at = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits()).unwrap_or(0);
             return Err(TestCaseError::fail(format!(
                 "{what}: output {i} differs fused vs unfused at {at}: {:?} vs {:?}",

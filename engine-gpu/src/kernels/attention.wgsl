@@ -70,6 +70,8 @@ const LOWEST: f32 = -3.40282347e38;
 
 // WG key rows of KB dimensions, padded to KB + 1.
 var<workgroup> keys: array<f32, WG * (KB + 1u)>;
+// The query's KB dimensions of the current step (read by every thread: a broadcast).
+var<workgroup> q_chunk: array<f32, KB>;
 var<workgroup> scores: array<f32, WG>;
 var<workgroup> weights: array<f32, WG>;
 
@@ -119,9 +121,12 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
                 }
                 keys[row * (KB + 1u) + col] = key;
             }
+            if (lid.x < width) {
+                q_chunk[lid.x] = q[q_off + d0 + lid.x];
+            }
             workgroupBarrier();
             for (var c = 0u; c < width; c++) {
-                dot += q[q_off + d0 + c] * keys[lid.x * (KB + 1u) + c];
+                dot += q_chunk[c] * keys[lid.x * (KB + 1u) + c];
             }
             workgroupBarrier();
         }
@@ -146,7 +151,21 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
         for (var d = lid.x; d < p.head_dim; d += WG) {
             var o = 0.0;
             var v_off = t0 * p.kv_width + kv_off + d;
-            for (var j = 0u; j < count; j++) {
+            var j = 0u;
+            // Four value rows per step, loaded before they are used: on a GPU each load
+            // waits hundreds of cycles, so one load per iteration would wait `count` times.
+            for (; j + 4u <= count; j += 4u) {
+                let v0 = v[v_off];
+                let v1 = v[v_off + p.kv_width];
+                let v2 = v[v_off + 2u * p.kv_width];
+                let v3 = v[v_off + 3u * p.kv_width];
+                o += weights[j] * v0;
+                o += weights[j + 1u] * v1;
+                o += weights[j + 2u] * v2;
+                o += weights[j + 3u] * v3;
+                v_off += 4u * p.kv_width;
+            }
+            for (; j < count; j++) {
                 o += weights[j] * v[v_off];
                 v_off += p.kv_width;
             }

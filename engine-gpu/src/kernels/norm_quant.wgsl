@@ -12,7 +12,7 @@
 // values never leave registers: h is written to memory only when a later instruction reads
 // it (WRITE_OUT = 1).
 //
-// Passes over the row: (1) Σ x² (strided by element, as rms_norm.wgsl); (2) max |h_i|;
+// Passes over the row: (1) Σ x² (rms_norm.wgsl's sum_squares); (2) max |h_i|;
 // (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
 // and writes only its own four elements, and nothing is read after it, so the in-place entry
 // point (h == x) is safe.
@@ -24,14 +24,8 @@
 // 1 when the normed row must be written to `out`.
 override WRITE_OUT: u32 = 1u;
 
-// Element i of the row source: `out` in place (h == x), else `x`. (The in-place entry point
-// binds a read-only stand-in at binding 1, unread.)
-fn load(inplace: bool, i: u32) -> f32 {
-    if (inplace) {
-        return out[i];
-    }
-    return x[i];
-}
+// The row source is rms_norm.wgsl's `load`: `out` in place (h == x), else `x`. (The in-place
+// entry point binds a read-only stand-in at binding 1, unread.)
 
 fn norm_quant_row(ids: Ids, inplace: bool) {
     let row = ids.wid.y * ids.nwg.x + ids.wid.x;
@@ -39,14 +33,23 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
         return;
     }
     let base = row * p.cols;
-    var acc = 0.0;
-    for (var i = ids.lidx; i < p.cols; i = i + WG) {
-        let v = load(inplace, base + i);
-        acc = acc + v * v;
-    }
-    let inv = inv_rms(reduce_add_f32(acc, ids));
+    let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
     var mx = 0u;
-    for (var i = ids.lidx; i < p.cols; i = i + WG) {
+    var i = ids.lidx;
+    // Four elements per step, loaded before use (see rms_norm.wgsl's sum_squares).
+    for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
+        let v0 = load(inplace, base + i);
+        let v1 = load(inplace, base + i + WG);
+        let v2 = load(inplace, base + i + 2u * WG);
+        let v3 = load(inplace, base + i + 3u * WG);
+        let w0 = weight[i];
+        let w1 = weight[i + WG];
+        let w2 = weight[i + 2u * WG];
+        let w3 = weight[i + 3u * WG];
+        mx = max(mx, max(max(abs_bits(v0 * inv * w0), abs_bits(v1 * inv * w1)),
+                         max(abs_bits(v2 * inv * w2), abs_bits(v3 * inv * w3))));
+    }
+    for (; i < p.cols; i = i + WG) {
         mx = max(mx, abs_bits(load(inplace, base + i) * inv * weight[i]));
     }
     let s_bits = act_scale_bits(reduce_max_u32(mx, ids));

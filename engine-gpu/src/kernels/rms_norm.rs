@@ -34,7 +34,8 @@ pub(crate) fn record(ctx: &RecordCtx, n: &RmsNorm) -> Result<Vec<KernelCall>, Gp
     let (r, c) = row_reduce::dims_u32("RMS_NORM", rows, cols)?;
     let t = |id| Storage::Tensor(id, 0);
     let (entry, storage) = if n.out == n.x {
-        ("rms_norm_inplace", vec![(2, t(n.weight)), (3, t(n.out))])
+        // The weight stands in at binding 1 (read-only, unread: the shared helpers name `x`).
+        ("rms_norm_inplace", vec![(1, t(n.weight)), (2, t(n.weight)), (3, t(n.out))])
     } else {
         ("rms_norm", vec![(1, t(n.x)), (2, t(n.weight)), (3, t(n.out))])
     };
