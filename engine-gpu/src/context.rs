@@ -64,6 +64,9 @@ pub struct Capabilities {
     /// Timestamp queries at compute pass boundaries are enabled (`bench --profile` times
     /// kernels with them; nothing else uses them).
     pub timestamps: bool,
+    /// The adapter is a CPU (Mesa's lavapipe): its invocations are CPU threads, so kernels
+    /// that give each invocation a longer serial share win there and lose on a GPU.
+    pub cpu: bool,
 }
 
 /// An open device, its queue, and what the adapter allows.
@@ -149,6 +152,7 @@ impl GpuContext {
             subgroups,
             min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 },
             timestamps,
+            cpu: info.device_type == wgpu::DeviceType::Cpu,
         };
         let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
         Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, fuse, errors })
@@ -164,7 +168,7 @@ impl GpuContext {
     /// multiply-add (SPIR-V allows it wherever `NoContraction` is absent, and naga never sets
     /// it), and may decide differently in two shaders doing the same arithmetic.
     pub fn is_cpu(&self) -> bool {
-        self.info.device_type == wgpu::DeviceType::Cpu
+        self.caps.cpu
     }
 
     /// The capabilities the kernels use.

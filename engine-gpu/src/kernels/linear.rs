@@ -6,9 +6,10 @@
 //!   workgroup of [`GEMV_WG`] invocations per output row, with subgroup reductions when the
 //!   device has them (`Shader::LinearSubgroup`) and workgroup-memory reductions otherwise
 //!   (`Shader::Linear`). Shorter rows (SmolLM2's 576 and 1536): `gemv_rows`, 8 rows of 8
-//!   invocations per workgroup and one barrier, since a workgroup per 576-element row spends
-//!   more on its reduction than on its 72 chunks (on lavapipe, SmolLM2's Q8_0 LM head took
-//!   308 ms with `gemv` and 133 ms with `gemv_rows`). Both read every weight byte
+//!   invocations per workgroup and one barrier, on a CPU adapter only, since a workgroup per
+//!   576-element row spends more on its reduction than on its 72 chunks there (on lavapipe,
+//!   SmolLM2's Q8_0 LM head took 308 ms with `gemv` and 133 ms with `gemv_rows`); a GPU
+//!   hides the reduction and not the lanes' serial chunks. Both read every weight byte
 //!   exactly once: `m · row_bytes(k)` bytes (the 2B model's F16 LM head: 128256 · 2560 · 2 =
 //!   657 MB; a Q4_1 [1536, 576] projection: 1536 · 18 · 20 = 553 KB), plus the `4k` bytes of x
 //!   (from cache after the first workgroups), and writes `4m`.
@@ -46,8 +47,15 @@ use crate::GpuError;
 
 /// Invocations per workgroup of `gemv` and `gemv_rows`.
 pub(crate) const GEMV_WG: u32 = 64;
-/// Rows up to this length take `gemv_rows` (at most 32 eight-element chunks per invocation).
+/// Rows up to this length take `gemv_rows` (at most 32 eight-element chunks per invocation)
+/// on a CPU adapter. On a GPU every row takes `gemv`'s 64 invocations: `gemv_rows`' eight
+/// lanes per row chained up to 32 chunks each, 20 µs per SmolLM2 projection on an H200.
 pub(crate) const GEMV_ROWS_MAX_K: usize = 2048;
+
+/// Whether one-token rows of length `k` take `gemv_rows` (else `gemv`).
+fn short_rows(ctx: &RecordCtx, k: usize) -> bool {
+    ctx.caps.cpu && k <= GEMV_ROWS_MAX_K
+}
 /// Invocations per row of `gemv_rows`: 8 rows per workgroup.
 const GEMV_ROWS_LANES: u32 = 8;
 /// Output rows per workgroup, and per (key, index) slot, of the LM-head kernels
@@ -191,7 +199,7 @@ pub(crate) fn record_with(
                 storage.push((6, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots(m))));
                 let shader = if subgroup { Shader::LinearArgmaxSubgroup } else { Shader::LinearArgmax };
                 let write = ("WRITE_OUT", u32::from(write_out));
-                let (entry, constants, workgroups) = if k <= GEMV_ROWS_MAX_K {
+                let (entry, constants, workgroups) = if short_rows(ctx, k) {
                     let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write];
                     ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
                 } else {
@@ -210,7 +218,7 @@ pub(crate) fn record_with(
                 let (mut constants, (portable, subgroups)) = (vec![("WG", GEMV_WG), ("DTYPE", code)], store.0);
                 constants.extend(store.1.iter().copied());
                 storage.extend(store.2.iter().copied());
-                if n == 1 && k <= GEMV_ROWS_MAX_K {
+                if n == 1 && short_rows(ctx, k) {
                     constants.push(("LANES", GEMV_ROWS_LANES));
                     KernelCall {
                         key: PipelineKey { shader: portable, entry: "gemv_rows", constants },
