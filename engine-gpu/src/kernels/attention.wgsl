@@ -62,8 +62,6 @@ struct Params {
 override WG: u32 = 64u;
 // Key dimensions staged per step.
 const KB: u32 = 32u;
-// Key elements each thread loads before storing them to workgroup memory (divides KB).
-const STAGE: u32 = 8u;
 // 1 when splits == 1: `partial` writes the normalized output itself.
 override DIRECT: u32 = 0u;
 
@@ -114,24 +112,17 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
         var dot = 0.0;
         for (var d0 = 0u; d0 < p.head_dim; d0 += KB) {
             let width = min(KB, p.head_dim - d0);
-            // KB elements per thread, STAGE at a time: the loads of a batch are issued
-            // together (one element per iteration waited for memory KB times in a row: about
-            // 36 µs per call on an H200 even at 32 positions).
-            for (var e0 = lid.x; e0 < WG * KB; e0 += STAGE * WG) {
-                var batch: array<f32, STAGE>;
-                for (var u = 0u; u < STAGE; u++) {
-                    let e = e0 + u * WG;
-                    let row = e / KB;
-                    let col = e % KB;
-                    batch[u] = 0.0;
-                    if (t0 + row < end && col < width) {
-                        batch[u] = k[(t0 + row) * p.kv_width + kv_off + d0 + col];
-                    }
+            // (Eight loads batched through a private array measured slower on an H200, 1.07
+            // → 1.38 ms of a 2B token at 32 positions: private arrays indexed in loops are
+            // best avoided in these kernels.)
+            for (var e = lid.x; e < WG * KB; e += WG) {
+                let row = e / KB;
+                let col = e % KB;
+                var key = 0.0;
+                if (t0 + row < end && col < width) {
+                    key = k[(t0 + row) * p.kv_width + kv_off + d0 + col];
                 }
-                for (var u = 0u; u < STAGE; u++) {
-                    let e = e0 + u * WG;
-                    keys[(e / KB) * (KB + 1u) + e % KB] = batch[u];
-                }
+                keys[row * (KB + 1u) + col] = key;
             }
             if (lid.x < width) {
                 q_chunk[lid.x] = q[q_off + d0 + lid.x];
