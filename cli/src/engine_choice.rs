@@ -39,6 +39,10 @@ pub struct EngineArgs {
     /// activations to int8 blocks of 32 as llama.cpp does (exact, slower on the CPU).
     #[arg(long)]
     pub f32_activations: bool,
+    /// Read the model file into memory (2 MiB pages where the kernel allows) instead of
+    /// mapping it, as llama.cpp's --no-mmap.
+    #[arg(long)]
+    pub no_mmap: bool,
     /// Say more on stderr: how long mapping the file and loading the model took.
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -56,6 +60,7 @@ impl EngineArgs {
             },
             threads: self.threads,
             activations: if self.f32_activations { QuantizedActivations::F32 } else { QuantizedActivations::Int8 },
+            no_mmap: self.no_mmap,
         }
     }
 

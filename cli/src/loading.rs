@@ -16,13 +16,15 @@ use crate::{models, CliError};
 pub fn open(model: &Path, engine: &EngineArgs) -> Result<(PathBuf, GgufFile), CliError> {
     let path = models::resolve(model)?;
     let start = Instant::now();
-    let spinner = Spinner::start(format!("mapping {}", path.display()));
-    let file = GgufFile::open(&path);
+    let verb = if engine.no_mmap { "reading" } else { "mapping" };
+    let spinner = Spinner::start(format!("{verb} {}", path.display()));
+    let file = purebee_loader::open_file(&path, &engine.spec());
     spinner.finish();
     let file = file?;
     if engine.verbose {
         eprintln!(
-            "purebee-rs: mapped {} ({}) in {:.3} s",
+            "purebee-rs: {} {} ({}) in {:.3} s",
+            if engine.no_mmap { "read" } else { "mapped" },
             path.display(),
             HumanBytes(file.file_len()),
             start.elapsed().as_secs_f64()

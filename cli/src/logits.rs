@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use purebee_memory::gguf::GgufFile;
 use purebee_runtime::LogitsRows;
 
 use crate::engine_choice::EngineArgs;
@@ -42,7 +41,7 @@ pub struct LogitsArgs {
 
 /// Runs `logits`.
 pub fn run(args: &LogitsArgs) -> Result<(), CliError> {
-    let file = GgufFile::open(&args.model)?;
+    let file = purebee_loader::open_file(&args.model, &args.engine.spec())?;
     let n_ctx = args.ctx_size.unwrap_or(args.tokens.len()).max(1);
     let (mut model, mut session) = args.engine.load_model_and_session(&file, n_ctx)?;
     let vocab = model.config().n_vocab;

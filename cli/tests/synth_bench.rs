@@ -191,6 +191,25 @@ fn bench_prints_every_figure_as_json_and_a_table_as_text() {
 }
 
 #[test]
+fn no_mmap_reads_the_file_and_generates_the_same_tokens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = synth(dir.path(), "m.gguf", "tq2_0", 5);
+    let m = s(&model);
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", m, "--tokens", "1,2,3", "-n", "4", "--temp", "0", "--engine", "cpu", "-v"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--output", "json"]);
+        let o = ok(&args);
+        let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+        (j["generated_ids"].clone(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let ((mapped, mapped_err), (read, read_err)) = (run(&[]), run(&["--no-mmap"]));
+    assert_eq!(mapped, read);
+    assert!(mapped_err.contains("purebee-rs: mapped "), "{mapped_err}");
+    assert!(read_err.contains("purebee-rs: read "), "{read_err}");
+}
+
+#[test]
 fn bad_flags_and_outputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = synth(dir.path(), "m.gguf", "i2_s", 1);

@@ -35,6 +35,10 @@ pub struct EngineSpec {
     pub threads: Option<usize>,
     /// How the model feeds block-quantized weights.
     pub activations: QuantizedActivations,
+    /// Read the model file into memory instead of mapping it ([`GgufFile::read`]).
+    ///
+    /// [`GgufFile::read`]: purebee_memory::gguf::GgufFile::read
+    pub no_mmap: bool,
 }
 
 /// An engine as created, with what its creator should tell the user.

@@ -21,9 +21,9 @@ use std::path::Path;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::Model;
 
-/// Maps and checks the GGUF file at `path`.
-pub fn open_file(path: &Path) -> Result<GgufFile, LoadError> {
-    Ok(GgufFile::open(path)?)
+/// Maps (or, as `spec` says, reads into memory) and checks the GGUF file at `path`.
+pub fn open_file(path: &Path, spec: &EngineSpec) -> Result<GgufFile, LoadError> {
+    Ok(if spec.no_mmap { GgufFile::read(path)? } else { GgufFile::open(path)? })
 }
 
 /// Loads the weights of `file` onto `engine`, feeding block-quantized weights as `spec`

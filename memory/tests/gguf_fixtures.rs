@@ -321,3 +321,23 @@ fn load_into_registers_every_tensor_without_copying() {
         other => panic!("expected Memory(DuplicateTensor), got {other:?}"),
     }
 }
+
+#[test]
+fn a_file_read_into_memory_equals_the_file_mapped() {
+    for f in &FIXTURES {
+        let (mapped, read) =
+            (open(f), GgufFile::read(fixture_path(f.file)).unwrap_or_else(|e| panic!("{}: {e}", f.file)));
+        assert_eq!(read.file_len(), mapped.file_len(), "{}", f.file);
+        assert_eq!(read.tensors(), mapped.tensors(), "{}", f.file);
+        for info in mapped.tensors() {
+            assert!(read.tensor_bytes(info) == mapped.tensor_bytes(info), "{}: {}", f.file, info.name);
+        }
+        // The copy has no file behind it to watch.
+        assert!(read.check_unchanged().is_ok());
+    }
+    let missing = fixture_path("no_such_model.gguf");
+    match GgufFile::read(&missing) {
+        Err(GgufError::Io { path, .. }) => assert_eq!(path, missing),
+        other => panic!("reading a missing file: {other:?}"),
+    }
+}

@@ -52,7 +52,7 @@ impl Server {
     /// engine thread; `/health` answers 503 until it is loaded.
     pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
         check(&config)?;
-        let file = purebee_loader::open_file(&config.model_path)?;
+        let file = purebee_loader::open_file(&config.model_path, &config.engine)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("purebee-http")
