@@ -19,7 +19,7 @@
 //! Activations: with [`LinearActivations::Int8Blocks`], one more dispatch comes first,
 //! `quantize_blocks`: one invocation per element slot of x's 32-element blocks
 //! (`32 · n · ⌈k/32⌉` invocations, [`GEMV_WG`] per workgroup; one per block ran its 32
-//! correctly rounded divisions in a row, 37 µs per call on an H200), which rounds each block
+//! correctly rounded divisions in a row, about 38 µs per call on an H200), which rounds each block
 //! to int8 exactly as the ISA
 //! does (the scale and rounding of `act_quant.wgsl`, shared with BITLINEAR) and writes
 //! `x̂ = q / s_b`, correctly rounded to f32, into the scratch buffer

@@ -3,9 +3,9 @@
 // Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_add_f32`). Each
 // invocation sums the squares of elements lid, lid + WG, ... of its row in f32 (in that
 // order, four loads at a time), the workgroup adds the partial sums, then each invocation
-// scales its elements. The in-place entry point
-// reads `out` instead of `x` (one buffer cannot be bound read-only and read-write at once);
-// every element is read and written by the same invocation, so in place is safe.
+// scales its elements. The in-place entry point reads `out` instead of `x` (one buffer cannot
+// be bound read-only and read-write at once; the dispatcher binds the weight as the unread
+// `x`); every element is read and written by the same invocation, so in place is safe.
 
 struct Params {
     rows: u32,
@@ -38,7 +38,7 @@ fn load(inplace: bool, i: u32) -> f32 {
 // This invocation's Σ v² over elements lidx, lidx + WG, ... of the row at `base`, added in
 // that order. Four elements are loaded before their squares are added: on a GPU every load
 // waits hundreds of cycles, and a loop that used each value as it came would wait once per
-// element (a 2560-wide row took 20 µs on an H200 that way).
+// element (norm_quant took 15–21 µs per 2560-wide row on an H200 that way).
 fn sum_squares(inplace: bool, base: u32, lidx: u32) -> f32 {
     var acc = 0.0;
     var i = lidx;
