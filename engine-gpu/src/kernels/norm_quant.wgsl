@@ -36,18 +36,12 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
     let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
     var mx = 0u;
     var i = ids.lidx;
-    // Four elements per step, loaded before use (see rms_norm.wgsl's sum_squares).
+    // Four elements per step, loaded together (rms_norm.wgsl's load4).
     for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
-        let v0 = load(inplace, base + i);
-        let v1 = load(inplace, base + i + WG);
-        let v2 = load(inplace, base + i + 2u * WG);
-        let v3 = load(inplace, base + i + 3u * WG);
-        let w0 = weight[i];
-        let w1 = weight[i + WG];
-        let w2 = weight[i + 2u * WG];
-        let w3 = weight[i + 3u * WG];
-        mx = max(mx, max(max(abs_bits(v0 * inv * w0), abs_bits(v1 * inv * w1)),
-                         max(abs_bits(v2 * inv * w2), abs_bits(v3 * inv * w3))));
+        let v = load4(inplace, base, i);
+        let w = weight4(i);
+        mx = max(mx, max(max(abs_bits(v.x * inv * w.x), abs_bits(v.y * inv * w.y)),
+                         max(abs_bits(v.z * inv * w.z), abs_bits(v.w * inv * w.w))));
     }
     for (; i < p.cols; i = i + WG) {
         mx = max(mx, abs_bits(load(inplace, base + i) * inv * weight[i]));
