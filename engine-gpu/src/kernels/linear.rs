@@ -19,11 +19,10 @@
 //! Activations: with [`LinearActivations::Int8Blocks`], one more dispatch comes first,
 //! `quantize_blocks`: one invocation per element slot of x's 32-element blocks
 //! (`32 · n · ⌈k/32⌉` invocations, [`GEMV_WG`] per workgroup; one per block ran its 32
-//! correctly rounded divisions in a row, about 38 µs per call on an H200), which rounds each block
-//! to int8 exactly as the ISA
-//! does (the scale and rounding of `act_quant.wgsl`, shared with BITLINEAR) and writes
-//! `x̂ = q / s_b`, correctly rounded to f32, into the scratch buffer
-//! [`ScratchKey::LinearActivations`] (`4nk` bytes, read and written once). The product
+//! correctly rounded divisions in a row, about 38 µs per call on an H200), which rounds each
+//! block to int8 exactly as the ISA does (the scale and rounding of `act_quant.wgsl`, shared
+//! with BITLINEAR) and writes `x̂ = q / s_b`, correctly rounded to f32, into the scratch
+//! buffer [`ScratchKey::LinearActivations`] (`4nk` bytes, read and written once). The product
 //! kernels above then run unchanged with that buffer as their x. x̂ differs from the exact
 //! `q / s_b` by one rounding (relative error ≤ 2⁻²⁴ per element), inside the summation's
 //! own error; every `q` equals the reference's.
@@ -56,6 +55,7 @@ pub(crate) const GEMV_ROWS_MAX_K: usize = 2048;
 fn short_rows(ctx: &RecordCtx, k: usize) -> bool {
     ctx.caps.cpu && k <= GEMV_ROWS_MAX_K
 }
+
 /// Invocations per row of `gemv_rows`: 8 rows per workgroup.
 const GEMV_ROWS_LANES: u32 = 8;
 /// Output rows per workgroup, and per (key, index) slot, of the LM-head kernels
