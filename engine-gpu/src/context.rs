@@ -65,7 +65,11 @@ pub struct Capabilities {
     /// kernels with them; nothing else uses them).
     pub timestamps: bool,
     /// The adapter is a CPU (Mesa's lavapipe): its invocations are CPU threads, so kernels
-    /// that give each invocation a longer serial share win there and lose on a GPU.
+    /// that give each invocation a longer serial share win there and lose on a GPU. It also
+    /// rounds every WGSL float operation as written, where a GPU driver may contract
+    /// `a · b + c` into one fused multiply-add (SPIR-V allows it wherever `NoContraction` is
+    /// absent, and naga never sets it) and decide differently in two shaders doing the same
+    /// arithmetic.
     pub cpu: bool,
 }
 
@@ -161,14 +165,6 @@ impl GpuContext {
     /// The adapter's name, backend and type, for messages.
     pub fn describe(&self) -> String {
         format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
-    }
-
-    /// True on a CPU adapter (Mesa's lavapipe): a software driver that rounds every WGSL
-    /// float operation as written. A GPU driver may contract `a · b + c` into one fused
-    /// multiply-add (SPIR-V allows it wherever `NoContraction` is absent, and naga never sets
-    /// it), and may decide differently in two shaders doing the same arithmetic.
-    pub fn is_cpu(&self) -> bool {
-        self.caps.cpu
     }
 
     /// The capabilities the kernels use.

@@ -282,7 +282,7 @@ fn fused_and_unfused(
 fn cpu_adapter() -> bool {
     // Its own engine: a caller may hold the pairs' locks.
     static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *CPU.get_or_init(|| GpuEngine::new(&GpuOptions::default()).is_ok_and(|g| g.context().is_cpu()))
+    *CPU.get_or_init(|| GpuEngine::new(&GpuOptions::default()).is_ok_and(|g| g.context().capabilities().cpu))
 }
 
 /// Relative L2 distance allowed between fused and unfused outputs on a GPU driver. Such a

@@ -110,6 +110,18 @@ fn map_file(file: &File) -> std::io::Result<Mmap> {
     unsafe { Mmap::map(file) }
 }
 
+/// A read-only anonymous map of `len` bytes that `fill` wrote, advised for transparent huge
+/// pages on Linux (advice only: without THP it stays in 4 KiB pages).
+fn anonymous_map(len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>) -> std::io::Result<GuardedMap> {
+    let mut map = MmapMut::map_anon(len)?;
+    #[cfg(target_os = "linux")]
+    {
+        let _ = map.advise(memmap2::Advice::HugePage);
+    }
+    fill(&mut map)?;
+    Ok(GuardedMap::anonymous(map.make_read_only()?))
+}
+
 impl GgufFile {
     /// Opens, maps (read-only) and validates the file at `path`.
     ///
@@ -141,14 +153,7 @@ impl GgufFile {
         let mut file = File::open(&path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let len = usize::try_from(len).map_err(|_| io(std::io::Error::other("the file is larger than memory")))?;
-        let mut map = MmapMut::map_anon(len).map_err(io)?;
-        #[cfg(target_os = "linux")]
-        {
-            // Advice only: without THP support the copy still works, in 4 KiB pages.
-            let _ = map.advise(memmap2::Advice::HugePage);
-        }
-        std::io::Read::read_exact(&mut file, &mut map).map_err(io)?;
-        let map = GuardedMap::anonymous(map.make_read_only().map_err(io)?);
+        let map = anonymous_map(len, |m| std::io::Read::read_exact(&mut file, m)).map_err(io)?;
         GgufFile::parse(path, Arc::new(map), FileWatch::none())
     }
 
@@ -158,9 +163,11 @@ impl GgufFile {
     pub fn from_bytes(label: impl Into<PathBuf>, bytes: &[u8]) -> Result<GgufFile, GgufError> {
         let path = label.into();
         let io = |source| GgufError::Io { path: path.clone(), source };
-        let mut map = MmapMut::map_anon(bytes.len()).map_err(io)?;
-        map.copy_from_slice(bytes);
-        let map = GuardedMap::anonymous(map.make_read_only().map_err(io)?);
+        let map = anonymous_map(bytes.len(), |m| {
+            m.copy_from_slice(bytes);
+            Ok(())
+        })
+        .map_err(io)?;
         GgufFile::parse(path, Arc::new(map), FileWatch::none())
     }
 
