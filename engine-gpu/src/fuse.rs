@@ -57,7 +57,10 @@ pub(crate) enum Pattern {
     /// `h == x`: a norm just before a projection): one `norm_quant.wgsl` dispatch normalizes each row
     /// and quantizes it, bit-identical to RMS_NORM then `quantize`; `h` is written only when
     /// that write is not dead. Needs `h`'s row length to be a non-zero multiple of 4 (a
-    /// BITLINEAR's `k` is a multiple of 128).
+    /// BITLINEAR's `k` is a multiple of 128). Likewise before LINEARs with int8-block
+    /// activations (`norm_quant_blocks`, bit-identical to RMS_NORM then `quantize_blocks`;
+    /// rows of the LINEAR's `k`, at most `norm_quant::MAX_BLOCK_ROW` long), the final norm
+    /// before an LM head and its ARGMAX included.
     NormQuantization,
     /// BITLINEAR(p, ·) immediately followed by TENSOR_ADD(o, r, p) or TENSOR_ADD(o, p, r),
     /// `r ≠ p`, `o ≠ p`: the add as the epilogue of the product kernel
@@ -97,13 +100,21 @@ pub(crate) enum Pattern {
     /// in one grid, each row computed as `gemv` computes it). Needs one ternary type and
     /// either all or none of the output scales, distinct outputs that are none of the
     /// weights and scales, no epilogue, and 14 storage buffers per stage; otherwise the
-    /// three products stay separate dispatches (still sharing the quantization).
+    /// three products stay separate dispatches (still sharing the quantization). Likewise
+    /// three one-token LINEARs reading one `x` (`linear_multi.wgsl`'s `gemv_multi`, or
+    /// `gemv_rows_multi` on short rows of a CPU adapter): one weight dtype and row length,
+    /// one activations option (int8 blocks: rounded once, by the norm or the first
+    /// dispatch), each weight in one binding, distinct outputs that are none of the inputs,
+    /// and 10 storage buffers per stage.
     MultiProduct,
     /// [`Pattern::ActMulEpilogue`] over two BITLINEARs (gate, up) at one token whose first
     /// output is the gated tensor: the two products, the activation and the multiply in
     /// one dispatch (`gemv_gated`: two accumulators per row, each reduced as `gemv`
     /// reduces it). Needs one ternary type, all or none of the output scales, and 11
     /// storage buffers per stage; otherwise the up product carries the epilogue alone.
+    /// Likewise two one-token LINEARs (`linear_multi.wgsl`'s `gemv_gated`: both rows in one
+    /// workgroup, each as `gemv` computes it): one weight dtype and shape, each weight in
+    /// one binding, and 9 storage buffers per stage.
     GatedPair,
     /// LINEAR(y, x, W) of one token immediately followed by ARGMAX(id, y), `y` not `x`
     /// (the LM head and greedy decoding): the product kernel also writes, per workgroup of
@@ -183,21 +194,28 @@ impl QuantGroup {
     }
 }
 
-/// Consecutive LINEARs that read one `x` with one activations option, and an optional
-/// epilogue after the last of them (a residual add, or an activation and a multiply).
+/// Consecutive LINEARs that read one `x` with one activations option, after an optional
+/// RMS_NORM producing that `x` (int8-block activations only), and an optional epilogue after
+/// the last of them (a residual add, or an activation and a multiply).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LinearGroup {
+    pub norm: Option<NormPart>,
     pub linears: Vec<usize>,
     pub tail: Option<TailPart>,
-    /// Int8-block activations: the first LINEAR's rounding of `x` serves them all.
+    /// Int8-block activations: the first LINEAR's rounding of `x` (or the norm's) serves
+    /// them all.
     pub int8: bool,
+    /// The products run as one dispatch ([`Pattern::MultiProduct`] or
+    /// [`Pattern::GatedPair`]).
+    pub merged: bool,
 }
 
 impl LinearGroup {
     /// The instructions the group covers.
     pub fn range(&self) -> Range<usize> {
+        let first = self.norm.map_or(self.linears[0], |n| n.index);
         let last = self.tail.map_or(self.linears[self.linears.len() - 1], |a| a.last);
-        self.linears[0]..last + 1
+        first..last + 1
     }
 
     /// The patterns the group applies.
@@ -206,7 +224,13 @@ impl LinearGroup {
         if self.int8 && self.linears.len() > 1 {
             p.push(Pattern::SharedQuantization);
         }
+        if self.norm.is_some() {
+            p.push(Pattern::NormQuantization);
+        }
         p.extend(self.tail.map(|t| t.pattern()));
+        if self.merged {
+            p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
+        }
         p
     }
 }
@@ -310,29 +334,58 @@ pub(crate) fn record_rope_kv(
     }
 }
 
-/// The kernel calls of a [`Unit::Linear`] group: the products in order, the first rounding
-/// `x` to int8 blocks for all (when they ask for it), the last with the epilogue.
+/// The kernel calls of a [`Unit::Linear`] group: the fused norm and rounding, or the first
+/// product's rounding of `x` to int8 blocks for all (when they ask for it); the products in
+/// order (or merged into one dispatch), the last with the epilogue.
 pub(crate) fn record_linear(
     ctx: &RecordCtx,
     instructions: &[Instruction],
     g: &LinearGroup,
 ) -> Result<Vec<KernelCall>, GpuError> {
+    let linear_at = |i: usize| match instructions.get(i) {
+        Some(Instruction::Linear(l)) => Ok(l),
+        _ => Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not a LINEAR"))),
+    };
     let mut calls = Vec::new();
-    for (j, &li) in g.linears.iter().enumerate() {
-        let Some(Instruction::Linear(l)) = instructions.get(li) else {
-            return Err(GpuError::Wgpu(format!("fusion plan: instruction {li} is not a LINEAR")));
+    if let Some(n) = g.norm {
+        let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
+            return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
         };
+        calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks, n.write_out)?);
+    }
+    let quantize = g.norm.is_none();
+    if g.merged {
+        match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
+            (&[a, b, c], None) => {
+                calls.extend(linear::multi_product(ctx, [linear_at(a)?, linear_at(b)?, linear_at(c)?], quantize)?);
+            }
+            (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
+                calls.extend(linear::gated_product(ctx, (linear_at(a)?, linear_at(b)?), op, quantize, write_out)?);
+            }
+            _ => return Err(GpuError::Wgpu("fusion plan: a merged group of an unknown shape".to_string())),
+        }
+        return Ok(calls);
+    }
+    for (j, &li) in g.linears.iter().enumerate() {
         let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
-        calls.extend(linear::record_with(ctx, l, j == 0, epilogue)?);
+        calls.extend(linear::record_with(ctx, linear_at(li)?, j == 0 && quantize, epilogue)?);
     }
     Ok(calls)
 }
 
 /// The LINEAR group starting at instruction `i`, if one does and fuses anything.
 fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
-    let Some(Instruction::Linear(l0)) = instructions.get(i) else { return None };
-    let mut linears = vec![i];
-    let mut j = i + 1;
+    let (norm, first) = match instructions.get(i)? {
+        Instruction::RmsNorm(n) => match instructions.get(i + 1) {
+            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => (Some((i, n)), i + 1),
+            _ => return None,
+        },
+        Instruction::Linear(_) => (None, i),
+        _ => return None,
+    };
+    let Some(Instruction::Linear(l0)) = instructions.get(first) else { return None };
+    let mut linears = vec![first];
+    let mut j = first + 1;
     while let Some(Instruction::Linear(l)) = instructions.get(j) {
         if l.x != l0.x || l.activations != l0.activations {
             break;
@@ -343,10 +396,76 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let last = j - 1;
     let Some(Instruction::Linear(ll)) = instructions.get(last) else { return None };
     let product = Product::of_linear(ll);
-    let tail = tail_of(ctx, limits, instructions, last, &product);
+    let mut tail = tail_of(ctx, limits, instructions, last, &product);
+    if norm.is_some() && linears.len() == 1 && tail.is_none() {
+        // The final norm before the LM head and ARGMAX: the head keeps its ARGMAX pass.
+        if let (Some(write_out), Some(Instruction::Argmax(a))) =
+            (head_argmax_at(ctx, instructions, first), instructions.get(first + 1))
+        {
+            tail = Some(TailPart { last: first + 1, epilogue: Epilogue::Argmax { ids: a.out, write_out } });
+        }
+    }
     let int8 = l0.activations == LinearActivations::Int8Blocks;
-    let g = LinearGroup { linears, tail, int8 };
+    let norm =
+        norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
+    let merged = linears_mergeable(ctx, limits, instructions, &linears, tail);
+    let g = LinearGroup { norm, linears, tail, int8, merged };
     (!g.patterns().is_empty()).then_some(g)
+}
+
+/// Whether RMS_NORM `n` can be fused with the int8-block rounding of LINEAR `l`, which reads
+/// its output: `l` asks for int8 blocks, rows of `l`'s length that `norm_quant_blocks`
+/// holds, and every operand in one binding.
+fn block_norm_fusable(ctx: &RecordCtx, n: &RmsNorm, l: &Linear) -> bool {
+    let (Ok(d), Ok(w)) = (ctx.desc(n.x), ctx.desc(l.weight)) else { return false };
+    let (rows, cols) = (d.shape.rows(), d.shape.cols());
+    l.activations == LinearActivations::Int8Blocks
+        && rows > 0
+        && cols > 0
+        && cols == w.shape.cols()
+        && cols <= norm_quant::MAX_BLOCK_ROW
+        && rows.checked_mul(cols).is_some_and(|e| u32::try_from(e).is_ok())
+        && fits(ctx, n.x)
+        && fits(ctx, n.out)
+        && fits(ctx, n.weight)
+}
+
+/// Whether the one-token products of LINEARs `linears` (with `tail`) can run as one
+/// `linear_multi.wgsl` dispatch ([`Pattern::MultiProduct`], [`Pattern::GatedPair`]).
+fn linears_mergeable(
+    ctx: &RecordCtx,
+    limits: &Limits,
+    instructions: &[Instruction],
+    linears: &[usize],
+    tail: Option<TailPart>,
+) -> bool {
+    let ls: Vec<&Linear> = linears
+        .iter()
+        .filter_map(|&i| match instructions.get(i) {
+            Some(Instruction::Linear(l)) => Some(l),
+            _ => None,
+        })
+        .collect();
+    if ls.len() != linears.len() {
+        return false;
+    }
+    match (ls.as_slice(), tail.map(|t| t.epilogue)) {
+        ([a, b, c], None) => {
+            let outs = [a.out, b.out, c.out];
+            let inputs = [a.x, a.weight, b.weight, c.weight];
+            let distinct = outs[0] != outs[1] && outs[0] != outs[2] && outs[1] != outs[2];
+            distinct
+                && !outs.iter().any(|o| inputs.contains(o))
+                && limits.max_storage_buffers >= linear::MULTI_STORAGE_BUFFERS
+                && linear::mergeable(ctx, &ls, false)
+        }
+        ([g, _], Some(Epilogue::ActMul { gated, .. })) => {
+            gated == g.out
+                && limits.max_storage_buffers >= linear::GATED_STORAGE_BUFFERS
+                && linear::mergeable(ctx, &ls, true)
+        }
+        _ => false,
+    }
 }
 
 /// The epilogue absorbed after the product at `last` (BITLINEAR or LINEAR), when the
@@ -481,7 +600,7 @@ pub(crate) fn record(
             let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
                 return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
             };
-            calls.extend(norm_quant::record(ctx, norm, n.write_out)?);
+            calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Rows, n.write_out)?);
         }
         None => calls.extend(bitlinear::quantize(ctx, bitlinear_at(g.linears[0])?)?),
     }
@@ -953,7 +1072,7 @@ mod tests {
         use Pattern::*;
         // The block runtime/src/forward.rs writes for float or block-quantized weights (the
         // attention part stood in for by an ADD), with f32 or int8-block activations.
-        let build = |acts: LinearActivations| {
+        let build = |acts: LinearActivations, limits: &Limits| {
             let mut reg = Registry::new();
             let mut b = ProgramBuilder::new("p", &mut reg);
             let (f, d, ff) = (DType::F32, 64, 96);
@@ -985,17 +1104,36 @@ mod tests {
             b.linear_with(proj, gate, wdn, acts).expect("valid");
             b.add(x, x, proj).expect("valid");
             let p = b.finish();
-            plan(&ctx(&reg), &LIMITS, p.instructions())
+            plan(&ctx(&reg), limits, p.instructions())
         };
-        let int8 = build(LinearActivations::Int8Blocks);
-        let want = [SharedQuantization, ResidualEpilogue, SharedQuantization, ActMulEpilogue, ResidualEpilogue];
+        // 8 storage buffers: the products stay separate dispatches (gemv_multi binds 10,
+        // gemv_gated 9).
+        let int8 = build(LinearActivations::Int8Blocks, &LIMITS);
+        let want = [
+            SharedQuantization,
+            NormQuantization,
+            ResidualEpilogue,
+            SharedQuantization,
+            NormQuantization,
+            ActMulEpilogue,
+            ResidualEpilogue,
+        ];
         assert_eq!(int8.patterns(), want);
-        // RMS_NORM, q/k/v, ADD(att), o + add, RMS_NORM, gate/up + act + mul, down + add.
-        assert_eq!(int8.units.len(), 7);
-        // f32 activations: q, k and v share nothing.
-        let f32 = build(LinearActivations::F32);
+        // RMS_NORM + q/k/v, ADD(att), o + add, RMS_NORM + gate/up + act + mul, down + add.
+        assert_eq!(int8.units.len(), 5);
+        // f32 activations: q, k and v share nothing, and the norms are not fused.
+        let f32 = build(LinearActivations::F32, &LIMITS);
         assert_eq!(f32.patterns(), [ResidualEpilogue, ActMulEpilogue, ResidualEpilogue]);
         assert_eq!(f32.units.len(), 9);
+        // 16 storage buffers: q, k and v in one dispatch, gate and up in another.
+        let wide = Limits { max_storage_buffers: 16 };
+        let int8 = build(LinearActivations::Int8Blocks, &wide);
+        let merged: Vec<Pattern> =
+            int8.patterns().into_iter().filter(|p| [MultiProduct, GatedPair].contains(p)).collect();
+        assert_eq!(merged, [MultiProduct, GatedPair]);
+        let f32 = build(LinearActivations::F32, &wide);
+        assert_eq!(f32.patterns(), [MultiProduct, ResidualEpilogue, ActMulEpilogue, GatedPair, ResidualEpilogue]);
+        assert_eq!(f32.units.len(), 7);
     }
 
     #[test]

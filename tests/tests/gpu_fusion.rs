@@ -505,8 +505,10 @@ fn llama_case() -> impl Strategy<Value = LlamaLayer> {
         (DType::Q8_0, LinearActivations::Int8Blocks),
         (DType::Q4_1, LinearActivations::Int8Blocks),
         (DType::Q8_0, LinearActivations::F32),
+        // Int8 blocks over rows that need not be whole blocks (the last one shorter).
+        (DType::F16, LinearActivations::Int8Blocks),
     ];
-    (0..5usize, 1..=3usize, 1..=3usize, 0..31usize, 20..700usize, any::<bool>(), 0..3u32, any::<u64>()).prop_map(
+    (0..6usize, 1..=3usize, 1..=3usize, 0..31usize, 20..700usize, any::<bool>(), 0..3u32, any::<u64>()).prop_map(
         move |(kind, n, heads, odd, vocab, gqa, pos, seed)| {
             let (dtype, acts) = kinds[kind];
             let block = matches!(dtype, DType::Q8_0 | DType::Q4_1);
@@ -555,33 +557,38 @@ fn llama_layer_dispatches_are_fused() {
         assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
         eprintln!("{dtype} {acts:?}:\n unfused: {uk:?}\n fused: {fk:?}");
         let int8 = acts == LinearActivations::Int8Blocks;
-        // The head: (rounding,) the product with the ARGMAX's first pass, its second pass.
-        let head = 2 + usize::from(int8);
-        let (fk_layers, fk_head) = fk.split_at(fk.len() - head - 1); // and the final norm
-        let (uk_layers, _) = uk.split_at(uk.len() - head - 1);
-        assert!(fk_head[0].starts_with("rms_norm.wgsl"), "{fk_head:?}");
+        // The head: the final norm (with the int8-block rounding), the product with the
+        // ARGMAX's first pass, its second pass. Unfused: the norm, (the rounding,) the
+        // product, the ARGMAX.
+        let (fk_layers, fk_head) = fk.split_at(fk.len() - 3);
+        let (uk_layers, _) = uk.split_at(uk.len() - 3 - usize::from(int8));
+        let norm_entry = if int8 { ":norm_quant_blocks" } else { ":rms_norm" };
+        assert!(fk_head[0].ends_with(norm_entry), "{fk_head:?}");
         // Short rows take `gemv_rows` on a CPU adapter, `gemv` on a GPU (linear.rs).
-        let head_entry = if cpu_adapter() { ":gemv_rows_argmax" } else { ":gemv_argmax" };
+        let rows = |entry: &str| if cpu_adapter() { entry.replace(":gemv", ":gemv_rows") } else { entry.to_string() };
         assert!(
-            fk_head[head - 1].starts_with("linear_argmax.wgsl") && fk_head[head - 1].ends_with(head_entry),
+            fk_head[1].starts_with("linear_argmax.wgsl") && fk_head[1].ends_with(&rows(":gemv_argmax")),
             "{fk_head:?}"
         );
-        assert!(fk_head[head].ends_with(":argmax_partials"), "{fk_head:?}");
+        assert!(fk_head[2].ends_with(":argmax_partials"), "{fk_head:?}");
         let per_layer: Vec<&str> = fk_layers[..fk_layers.len() / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
         assert_eq!(fk_layers[..per_layer.len()], fk_layers[per_layer.len()..], "both layers alike");
-        let count = |k: &str| per_layer.iter().filter(|s| s.contains(k)).count();
-        // One rounding for q, k, v, one for gate and up (and one each for o and down).
-        assert_eq!(count(":quantize_blocks"), if int8 { 4 } else { 0 }, "{per_layer:?}");
-        // o and down carry the residual add; up the activation and multiply; no elementwise.
-        assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
-        assert_eq!(count("act_mul.wgsl"), 1, "{per_layer:?}");
-        assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
-        assert_eq!(count("rope_kv.wgsl"), 1, "{per_layer:?}");
+        let count = |k: &str| per_layer.iter().filter(|s| s.ends_with(k)).count();
+        // Both norms round for the products after them; o and down round their own x.
+        assert_eq!(count(":norm_quant_blocks"), if int8 { 2 } else { 0 }, "{per_layer:?}");
+        assert_eq!(count(":quantize_blocks"), if int8 { 2 } else { 0 }, "{per_layer:?}");
+        // q, k, v in one dispatch; gate, up, the activation and the multiply in another;
+        // o and down carry the residual add; no elementwise kernel.
+        assert_eq!(count(&rows(":gemv_multi")), 1, "{per_layer:?}");
+        assert_eq!(count(&rows(":gemv_gated")), 1, "{per_layer:?}");
+        assert_eq!(per_layer.iter().filter(|s| s.contains("residual_add.wgsl")).count(), 2, "{per_layer:?}");
+        assert_eq!(per_layer.iter().filter(|s| s.contains("elementwise.wgsl")).count(), 0, "{per_layer:?}");
+        assert_eq!(per_layer.iter().filter(|s| s.contains("rope_kv.wgsl")).count(), 1, "{per_layer:?}");
         // Unfused: norm, 7 × (rounding +) product, 2 ROPE, 2 KV_WRITE, attention, 2 adds,
-        // norm, SILU, ELEMENT_MUL. Fused: norm, 7 products (+ 4 roundings), ROPE+KV_WRITE,
-        // attention, norm.
-        let attention = count("attention.wgsl");
-        let (unfused_want, fused_want) = if int8 { (24, 14) } else { (17, 10) };
+        // norm, SILU, ELEMENT_MUL. Fused: norm (+ rounding), q/k/v, ROPE+KV_WRITE,
+        // attention, (rounding +) o, norm (+ rounding), gate/up, (rounding +) down.
+        let attention = per_layer.iter().filter(|s| s.contains("attention.wgsl")).count();
+        let (unfused_want, fused_want) = if int8 { (24, 9) } else { (17, 7) };
         assert_eq!(
             (uk_layers.len() / LLAMA_LAYERS, per_layer.len()),
             (unfused_want + attention, fused_want + attention),

@@ -27,6 +27,12 @@
 //! `q / s_b` by one rounding (relative error ≤ 2⁻²⁴ per element), inside the summation's
 //! own error; every `q` equals the reference's.
 //!
+//! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
+//! (`gemv_multi`, a grid over the three weights' rows), and gate and up with the activation
+//! and the multiply (`gemv_gated`, both rows in one workgroup), each row computed by `gemv`'s
+//! (or `gemv_rows`') own code, so every output is bit-identical to the separate LINEARs'.
+//! Each reads every byte of its weights once, as the separate dispatches did.
+//!
 //! Weight layouts are those of `layout.rs`: the file's bytes for every dtype but the ternary
 //! ones, whose codes and scales are two parts (bindings 2 and 3).
 //!
@@ -37,7 +43,7 @@
 use purebee_isa::ops::{Linear, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_memory::DType;
 
-use super::elementwise::BinaryOp;
+use super::elementwise::{BinaryOp, UnaryOp};
 use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
 use super::{argmax, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
@@ -80,6 +86,10 @@ pub(crate) struct Params {
     pub scale_block: u32,
     pub row0: u32,
     pub out_stride: u32,
+    pub m1: u32,
+    pub m2: u32,
+    pub wg1: u32,
+    pub wg2: u32,
 }
 
 /// `DTYPE` in `linear.wgsl`, or `None` for a dtype LINEAR does not take.
@@ -139,27 +149,10 @@ pub(crate) fn record_with(
     // The kernels index elements and bytes of every operand in u32 (within a window).
     u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
     let mut calls = Vec::with_capacity(windows.len() + 1);
-    // What the product kernels read as x: x itself, or x rounded to int8 blocks.
-    let x = match l.activations {
-        LinearActivations::F32 => Storage::Tensor(l.x, 0),
-        LinearActivations::Int8Blocks => {
-            let rounded = Storage::Scratch(ScratchKey::LinearActivations, 4 * (n * k) as u64);
-            if k > 0 && quantize {
-                let params = Params { k: u(k, "the row length")?, n: u(n, "the token count")?, ..Params::default() };
-                calls.push(KernelCall {
-                    key: PipelineKey {
-                        shader: Shader::Linear,
-                        entry: "quantize_blocks",
-                        constants: vec![("WG", GEMV_WG)],
-                    },
-                    params: bytemuck::bytes_of(&params).to_vec(),
-                    storage: vec![(1, Storage::Tensor(l.x, 0)), (5, rounded)],
-                    workgroups: ctx.grid_1d(n * k.div_ceil(LINEAR_ACT_BLOCK) * LINEAR_ACT_BLOCK, GEMV_WG),
-                });
-            }
-            rounded
-        }
-    };
+    if quantize {
+        calls.extend(quantize_blocks(ctx, l, n, k)?);
+    }
+    let x = product_x(l, n, k);
     for rows in windows {
         let wm = rows.len();
         u(wm.checked_mul(k.max(row_bytes)).ok_or_else(|| too_large("the weight"))?, "the weight")?;
@@ -172,6 +165,7 @@ pub(crate) fn record_with(
             scale_block: u(scales.map_or(1, |s| s.block), "the scale block")?,
             row0: u(rows.start, "the row count")?,
             out_stride: u(m, "the row count")?,
+            ..Params::default()
         };
         let window = |part: usize, bytes_per_row: u64| {
             if split {
@@ -256,6 +250,204 @@ pub(crate) fn record_with(
     Ok(calls)
 }
 
+/// What LINEAR `l`'s product kernels read as x ([n, k]): x itself, or x rounded to int8
+/// blocks in the scratch buffer.
+fn product_x(l: &Linear, n: usize, k: usize) -> Storage {
+    match l.activations {
+        LinearActivations::F32 => Storage::Tensor(l.x, 0),
+        LinearActivations::Int8Blocks => Storage::Scratch(ScratchKey::LinearActivations, 4 * (n * k) as u64),
+    }
+}
+
+/// The `quantize_blocks` dispatch rounding LINEAR `l`'s x ([n, k]) to int8 blocks, when its
+/// activations ask for it.
+fn quantize_blocks(ctx: &RecordCtx, l: &Linear, n: usize, k: usize) -> Result<Option<KernelCall>, GpuError> {
+    if l.activations != LinearActivations::Int8Blocks || k == 0 {
+        return Ok(None);
+    }
+    let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
+    let params = Params { k: u(k, "the row length")?, n: u(n, "the token count")?, ..Params::default() };
+    Ok(Some(KernelCall {
+        key: PipelineKey { shader: Shader::Linear, entry: "quantize_blocks", constants: vec![("WG", GEMV_WG)] },
+        params: bytemuck::bytes_of(&params).to_vec(),
+        storage: vec![(1, Storage::Tensor(l.x, 0)), (5, product_x(l, n, k))],
+        workgroups: ctx.grid_1d(n * k.div_ceil(LINEAR_ACT_BLOCK) * LINEAR_ACT_BLOCK, GEMV_WG),
+    }))
+}
+
+/// A one-token LINEAR whose weight fits one binding: what `linear_multi.wgsl` needs to
+/// compute it beside others in one dispatch.
+pub(crate) struct OneToken {
+    params: Params,
+    dtype: DType,
+    /// The weight's words and its ternary scales (part 0 again, unread, for other dtypes).
+    weight: [Storage; 2],
+}
+
+/// `Some` when LINEAR `l` has one token (n = 1) and rows whose weight fits one binding; `None`
+/// otherwise, and for anything its own dispatch would reject.
+pub(crate) fn one_token(ctx: &RecordCtx, l: &Linear) -> Option<OneToken> {
+    let w = ctx.desc(l.weight).ok()?;
+    let (m, k) = (w.shape.rows(), w.shape.cols());
+    if m == 0 || k == 0 || ctx.desc(l.out).ok()?.shape.numel() != m {
+        return None;
+    }
+    dtype_code(w.dtype)?;
+    let scales = ternary_scales(w.dtype, k);
+    let row_bytes = w.dtype.row_bytes(k)?;
+    let (part0_row, part1_row) = match scales {
+        Some(sc) => ((k / 4) as u64, (sc.row_stride * 4) as u64),
+        None => (row_bytes as u64, 0),
+    };
+    if ctx.row_windows(&w.name, m, &[part0_row, part1_row]).ok()?.len() != 1 {
+        return None;
+    }
+    m.checked_mul(k.max(row_bytes)).and_then(|v| u32::try_from(v).ok())?;
+    let params = Params {
+        m: u32::try_from(m).ok()?,
+        k: u32::try_from(k).ok()?,
+        n: 1,
+        row_bytes: u32::try_from(row_bytes).ok()?,
+        scale_stride: u32::try_from(scales.map_or(0, |s| s.row_stride)).ok()?,
+        scale_block: u32::try_from(scales.map_or(1, |s| s.block)).ok()?,
+        out_stride: u32::try_from(m).ok()?,
+        ..Params::default()
+    };
+    let part1 = if scales.is_some() { 1 } else { 0 };
+    Some(OneToken { params, dtype: w.dtype, weight: [Storage::Tensor(l.weight, 0), Storage::Tensor(l.weight, part1)] })
+}
+
+/// Whether one-token LINEARs `ls` can share one `linear_multi.wgsl` dispatch: each
+/// [`one_token`], one weight dtype, one row length and one activations option, and (for
+/// the gated pair) one row count.
+pub(crate) fn mergeable(ctx: &RecordCtx, ls: &[&Linear], same_rows: bool) -> bool {
+    let Some(first) = ls.first() else { return false };
+    let Some(a) = one_token(ctx, first) else { return false };
+    ls[1..].iter().all(|l| {
+        one_token(ctx, l).is_some_and(|b| {
+            b.dtype == a.dtype
+                && b.params.k == a.params.k
+                && l.activations == first.activations
+                && (!same_rows || b.params.m == a.params.m)
+        })
+    })
+}
+
+/// Storage buffers `gemv_multi` binds: x, three weights' words and scales, three outputs.
+pub(crate) const MULTI_STORAGE_BUFFERS: u32 = 10;
+/// Storage buffers `gemv_gated` binds: x, two weights' words and scales (the second
+/// again in the third's place: `wword` names all three), two outputs.
+pub(crate) const GATED_STORAGE_BUFFERS: u32 = 9;
+
+/// The shader, entry point and constants of a `linear_multi.wgsl` dispatch (`gemv_gated`
+/// when `gated`, else `gemv_multi`), and its rows per workgroup: the `gemv_rows` forms on short
+/// rows of a CPU adapter, as for one LINEAR.
+fn multi_kernel(ctx: &RecordCtx, gated: bool, k: usize) -> (Shader, &'static str, Vec<(&'static str, u32)>, u32) {
+    let mut constants = vec![("WG", GEMV_WG)];
+    if short_rows(ctx, k) {
+        constants.push(("LANES", GEMV_ROWS_LANES));
+        let entry = if gated { "gemv_rows_gated" } else { "gemv_rows_multi" };
+        // gemv_rows reduces in workgroup memory, whatever the device.
+        return (Shader::LinearMulti, entry, constants, PART_ROWS);
+    }
+    let shader = if ctx.caps.subgroups { Shader::LinearMultiSubgroup } else { Shader::LinearMulti };
+    (shader, if gated { "gemv_gated" } else { "gemv_multi" }, constants, 1)
+}
+
+/// LINEAR(q) ; LINEAR(k) ; LINEAR(v) of one token reading one x: their products in one
+/// dispatch (`gemv_multi`), after the int8-block rounding of x when `quantize`. The caller
+/// checks [`mergeable`].
+pub(crate) fn multi_product(ctx: &RecordCtx, ls: [&Linear; 3], quantize: bool) -> Result<Vec<KernelCall>, GpuError> {
+    let ts: Vec<OneToken> = ls
+        .iter()
+        .map(|l| one_token(ctx, l))
+        .collect::<Option<_>>()
+        .ok_or_else(|| GpuError::Wgpu("fusion plan: LINEARs that one dispatch cannot merge".to_string()))?;
+    let k = ts[0].params.k as usize;
+    let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, false, k);
+    let wgs: Vec<u32> = ts.iter().map(|t| t.params.m.div_ceil(rows_per_wg)).collect();
+    let mut params = ts[0].params;
+    (params.m1, params.m2) = (ts[1].params.m, ts[2].params.m);
+    params.wg1 = wgs[0];
+    params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
+    let total = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))?;
+    constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
+    let mut calls: Vec<KernelCall> = Vec::new();
+    if quantize {
+        calls.extend(quantize_blocks(ctx, ls[0], 1, k)?);
+    }
+    let t = |id| Storage::Tensor(id, 0);
+    let [w0, s0] = ts[0].weight;
+    let [w1, s1] = ts[1].weight;
+    let [w2, s2] = ts[2].weight;
+    calls.push(KernelCall {
+        key: PipelineKey { shader, entry, constants },
+        params: bytemuck::bytes_of(&params).to_vec(),
+        storage: vec![
+            (1, product_x(ls[0], 1, k)),
+            (2, w0),
+            (3, s0),
+            (4, t(ls[0].out)),
+            (10, w1),
+            (11, s1),
+            (12, w2),
+            (13, s2),
+            (14, t(ls[1].out)),
+            (15, t(ls[2].out)),
+        ],
+        workgroups: ctx.grid_1d(total as usize, 1),
+    });
+    Ok(calls)
+}
+
+/// LINEAR(g) ; LINEAR(u) ; ACT(g, g) ; ELEMENT_MUL(g, g, u) of one token in one dispatch
+/// (`gemv_gated`), after the int8-block rounding of x when `quantize`; `u` written only when
+/// `write_out`. The caller checks [`mergeable`] (with one row count).
+pub(crate) fn gated_product(
+    ctx: &RecordCtx,
+    (g, u): (&Linear, &Linear),
+    op: UnaryOp,
+    quantize: bool,
+    write_out: bool,
+) -> Result<Vec<KernelCall>, GpuError> {
+    let (Some(tg), Some(tu)) = (one_token(ctx, g), one_token(ctx, u)) else {
+        return Err(GpuError::Wgpu("fusion plan: LINEARs that one dispatch cannot merge".to_string()));
+    };
+    let k = tg.params.k as usize;
+    let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, true, k);
+    constants.extend([
+        ("DTYPE", dtype_code(tg.dtype).unwrap_or(0)),
+        ("WRITE_OUT", u32::from(write_out)),
+        ("UNARY_OP", op as u32),
+        ("BINARY_OP", BinaryOp::Mul as u32),
+    ]);
+    // Weight 1 (u) has weight 0's rows.
+    let params = Params { m1: tg.params.m, ..tg.params };
+    let mut calls: Vec<KernelCall> = Vec::new();
+    if quantize {
+        calls.extend(quantize_blocks(ctx, g, 1, k)?);
+    }
+    let [w0, s0] = tg.weight;
+    let [w1, s1] = tu.weight;
+    calls.push(KernelCall {
+        key: PipelineKey { shader, entry, constants },
+        params: bytemuck::bytes_of(&params).to_vec(),
+        storage: vec![
+            (1, product_x(g, 1, k)),
+            (2, w0),
+            (3, s0),
+            (4, Storage::Tensor(g.out, 0)),
+            (10, w1),
+            (11, s1),
+            (12, w1),
+            (13, s1),
+            (14, Storage::Tensor(u.out, 0)),
+        ],
+        workgroups: ctx.grid_1d(tg.params.m.div_ceil(rows_per_wg) as usize, 1),
+    });
+    Ok(calls)
+}
+
 /// The shaders (portable, subgroup), the extra override constants and the extra storage
 /// bindings of the product kernels' store: `product_store.wgsl`, or an epilogue in its
 /// place (`residual_add.wgsl`, `act_mul.wgsl`; bindings 8 and 9 as for BITLINEAR).
@@ -290,7 +482,7 @@ fn slots(m: usize) -> u64 {
 mod tests {
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in linear.wgsl: eight u32 fields, 32 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 32);
+        // `struct Params` in linear.wgsl: twelve u32 fields, 48 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 48);
     }
 }

@@ -3,8 +3,11 @@
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32), then
 // act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1); followed by the file that
-// defines store_out(i, v), what the products do with output element i: product_store.wgsl
-// (write it to `out`), or a fused epilogue (residual_add.wgsl, act_mul.wgsl).
+// says which weight the decoders read (wword, wscale, weight_rows): linear_weight.wgsl (the
+// one at bindings 2 and 3), or linear_multi.wgsl (several, one dispatch for several LINEARs);
+// and by the file that defines store_out(i, v), what the products do with output element i:
+// product_store.wgsl (write it to `out`), or a fused epilogue (residual_add.wgsl,
+// act_mul.wgsl).
 //
 // Entry points:
 // - quantize_blocks (Int8Blocks activations, before gemv, gemv_rows or tiled): one
@@ -45,6 +48,12 @@ struct Params {
     row0: u32,
     // Outputs per token in `out` (the whole weight's rows).
     out_stride: u32,
+    // linear_multi.wgsl only (0 elsewhere): the rows of weights 1 and 2, and the first
+    // workgroup of each in gemv_multi's grid (weight 0's rows are `m`).
+    m1: u32,
+    m2: u32,
+    wg1: u32,
+    wg2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -71,7 +80,7 @@ const DT_TERNARY: u32 = 6u;
 
 // The 16 bits at byte offset `off` (even) of the weight buffer.
 fn half_at(off: u32) -> u32 {
-    return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+    return (wword(off >> 2u) >> ((off & 2u) * 8u)) & 0xffffu;
 }
 
 // The f16 at byte offset `off` (even), widened.
@@ -84,17 +93,17 @@ fn f16_at(off: u32) -> f32 {
 fn word_at(off: u32) -> u32 {
     let i = off >> 2u;
     if ((off & 2u) == 0u) {
-        return w[i];
+        return wword(i);
     }
-    return (w[i] >> 16u) | (w[i + 1u] << 16u);
+    return (wword(i) >> 16u) | (wword(i + 1u) << 16u);
 }
 
 // Element `idx` of the flattened tensor, for the plain dtypes.
 fn plain_at(idx: u32) -> f32 {
     if (DTYPE == DT_F32) {
-        return bitcast<f32>(w[idx]);
+        return bitcast<f32>(wword(idx));
     }
-    let h = (w[idx >> 1u] >> ((idx & 1u) * 16u)) & 0xffffu;
+    let h = (wword(idx >> 1u) >> ((idx & 1u) * 16u)) & 0xffffu;
     if (DTYPE == DT_F16) {
         return unpack2x16float(h).x;
     }
@@ -111,11 +120,11 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
             // Whole, aligned chunk: 8 words (f32) or 4 words (halves).
             if (DTYPE == DT_F32) {
                 for (var i = 0u; i < 8u; i = i + 1u) {
-                    v[i] = bitcast<f32>(w[base + i]);
+                    v[i] = bitcast<f32>(wword(base + i));
                 }
             } else {
                 for (var i = 0u; i < 4u; i = i + 1u) {
-                    let h = w[base / 2u + i];
+                    let h = wword(base / 2u + i);
                     if (DTYPE == DT_F16) {
                         let f = unpack2x16float(h);
                         v[2u * i] = f.x;
@@ -137,8 +146,8 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
     }
     if (DTYPE == DT_TERNARY) {
         // Word (row·k + e0) / 16; e0 % 16 is 0 or 8: fields j = 0, 1 or 2, 3 (shift 4).
-        let cw = w[(row * p.k + e0) / 16u] >> ((e0 & 8u) / 2u);
-        let d = ws[row * p.scale_stride + e0 / p.scale_block];
+        let cw = wword((row * p.k + e0) / 16u) >> ((e0 & 8u) / 2u);
+        let d = wscale(row * p.scale_stride + e0 / p.scale_block);
         for (var i = 0u; i < 8u; i = i + 1u) {
             let c = (cw >> (8u * (i & 3u) + 2u * (i / 4u))) & 3u;
             v[i] = f32(i32(c) - 1) * d;
@@ -251,7 +260,7 @@ fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
 // control flow (the reduction), rows at or past m included; the sum in every invocation.
 fn gemv_total(row: u32, tok: u32, ids: Ids) -> f32 {
     var acc = 0.0;
-    if (row < p.m) {
+    if (row < weight_rows()) {
         acc = dot_chunks(row, tok, ids.lidx, WG);
     }
     return reduce_add_f32(acc, ids);
@@ -279,7 +288,7 @@ var<workgroup> row_partials: array<f32, 256>;
 fn rows_total(row: u32, tok: u32, lidx: u32) -> f32 {
     let lane = lidx % LANES;
     var acc = 0.0;
-    if (row < p.m) {
+    if (row < weight_rows()) {
         acc = dot_chunks(row, tok, lane, LANES);
     }
     row_partials[lidx] = acc;

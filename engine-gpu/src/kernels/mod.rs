@@ -66,6 +66,12 @@ pub(crate) enum Shader {
     LinearArgmax,
     /// `linear_argmax.wgsl`, subgroup reductions.
     LinearArgmaxSubgroup,
+    /// `linear_multi.wgsl` after `linear.wgsl`, `product_store.wgsl` and
+    /// `elementwise_ops.wgsl` (several one-token LINEAR products in one dispatch), portable
+    /// reductions.
+    LinearMulti,
+    /// `linear_multi.wgsl`, subgroup reductions.
+    LinearMultiSubgroup,
     /// `linear.wgsl` after `reduce_portable.wgsl` and `act_quant.wgsl`: LINEAR, portable
     /// reductions.
     Linear,
@@ -128,6 +134,8 @@ impl Shader {
             Shader::LinearActMulSubgroup => "linear.wgsl+act_mul.wgsl (subgroups)",
             Shader::LinearArgmax => "linear_argmax.wgsl",
             Shader::LinearArgmaxSubgroup => "linear_argmax.wgsl (subgroups)",
+            Shader::LinearMulti => "linear_multi.wgsl",
+            Shader::LinearMultiSubgroup => "linear_multi.wgsl (subgroups)",
             Shader::Linear => "linear.wgsl",
             Shader::LinearSubgroup => "linear.wgsl (subgroups)",
             Shader::Bitlinear => "bitlinear.wgsl",
@@ -170,18 +178,21 @@ impl Shader {
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("residual_add.wgsl")
             ),
             Shader::LinearAddSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("residual_add.wgsl")
             ),
             Shader::LinearActMul => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("act_mul.wgsl")
             ),
@@ -189,6 +200,7 @@ impl Shader {
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("act_mul.wgsl")
             ),
@@ -196,6 +208,7 @@ impl Shader {
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl"),
                 include_str!("argmax_key.wgsl"),
                 include_str!("linear_argmax.wgsl")
@@ -204,21 +217,40 @@ impl Shader {
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl"),
                 include_str!("argmax_key.wgsl"),
                 include_str!("linear_argmax.wgsl")
             ),
             Shader::Embed => include_str!("embed.wgsl"),
+            Shader::LinearMulti => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("linear_multi.wgsl"),
+                include_str!("product_store.wgsl"),
+                include_str!("elementwise_ops.wgsl")
+            ),
+            Shader::LinearMultiSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("act_quant.wgsl"),
+                include_str!("linear.wgsl"),
+                include_str!("linear_multi.wgsl"),
+                include_str!("product_store.wgsl"),
+                include_str!("elementwise_ops.wgsl")
+            ),
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl")
             ),
             Shader::LinearSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
                 include_str!("linear.wgsl"),
+                include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl")
             ),
             Shader::Bitlinear => concat!(

@@ -1,7 +1,8 @@
-// RMS_NORM followed by BITLINEAR's activation quantization of its output, in one kernel
-// (fuse.rs, pattern NormQuantization): one workgroup per row.
+// RMS_NORM followed by the int8 activation rounding of its output, in one kernel (fuse.rs,
+// pattern NormQuantization): one workgroup per row.
 //
-//     RMS_NORM(h, x, w, eps) ; BITLINEAR(·, h, ·) ...
+//     RMS_NORM(h, x, w, eps) ; BITLINEAR(·, h, ·) ...               (norm_quant)
+//     RMS_NORM(h, x, w, eps) ; LINEAR(·, h, ·, Int8Blocks) ...      (norm_quant_blocks)
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), act_quant.wgsl
 // (abs_bits, act_scale_bits, quantize1) and rms_norm.wgsl (its bindings, WG and inv_rms).
@@ -16,10 +17,17 @@
 // (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
 // and writes only its own four elements, and nothing is read after it, so the in-place entry
 // point (h == x) is safe.
+//
+// norm_quant_blocks does the same with LINEAR's blocks of 32 (linear.wgsl's quantize_blocks,
+// bit for bit): pass 2 takes each block's max |h_i| into workgroup memory (an exact integer
+// atomicMax, so the order does not matter), pass 3 writes x̂_i = q_i / s_b into `xq`, the
+// scratch buffer the LINEAR products read as their x.
 
 // Params, x, weight, out, WG and inv_rms are rms_norm.wgsl's (concatenated before this file).
 @group(0) @binding(5) var<storage, read_write> acts: array<u32>;
 @group(0) @binding(6) var<storage, read_write> act_scales: array<f32>;
+// norm_quant_blocks: x̂ [rows, cols] (linear.wgsl's xq).
+@group(0) @binding(7) var<storage, read_write> xq: array<f32>;
 
 // 1 when the normed row must be written to `out`.
 override WRITE_OUT: u32 = 1u;
@@ -76,4 +84,59 @@ fn norm_quant(ids: Ids) {
 @compute @workgroup_size(WG)
 fn norm_quant_inplace(ids: Ids) {
     norm_quant_row(ids, true);
+}
+
+// Elements per block of norm_quant_blocks (the ISA's LINEAR_ACT_BLOCK).
+const ACT_BLOCK: u32 = 32u;
+// Blocks per row norm_quant_blocks can hold (norm_quant.rs: MAX_BLOCK_ROW).
+const MAX_BLOCKS: u32 = 512u;
+// The largest |h| bits of each block of the row.
+var<workgroup> block_max: array<atomic<u32>, MAX_BLOCKS>;
+
+// h = rms_norm(x) (or of `out`, in place), rounded to int8 blocks into xq.
+fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
+    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.cols;
+    for (var b = ids.lidx; b < (p.cols + ACT_BLOCK - 1u) / ACT_BLOCK; b = b + WG) {
+        atomicStore(&block_max[b], 0u);
+    }
+    // (The reduction's barriers also order the stores above before pass 2.)
+    let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
+    var i = ids.lidx;
+    for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
+        let v = load4(inplace, base, i);
+        let w = weight4(i);
+        atomicMax(&block_max[i / ACT_BLOCK], abs_bits(v.x * inv * w.x));
+        atomicMax(&block_max[(i + WG) / ACT_BLOCK], abs_bits(v.y * inv * w.y));
+        atomicMax(&block_max[(i + 2u * WG) / ACT_BLOCK], abs_bits(v.z * inv * w.z));
+        atomicMax(&block_max[(i + 3u * WG) / ACT_BLOCK], abs_bits(v.w * inv * w.w));
+    }
+    for (; i < p.cols; i = i + WG) {
+        atomicMax(&block_max[i / ACT_BLOCK], abs_bits(load(inplace, base + i) * inv * weight[i]));
+    }
+    workgroupBarrier();
+    // Each invocation reads and writes only its own elements: in place is safe.
+    for (var e = ids.lidx; e < p.cols; e = e + WG) {
+        let h = load(inplace, base + e) * inv * weight[e];
+        if (WRITE_OUT == 1u) {
+            out[base + e] = h;
+        }
+        let s_bits = act_scale_bits(atomicLoad(&block_max[e / ACT_BLOCK]));
+        xq[base + e] = dequantize1(quantize1(h, bitcast<f32>(s_bits), s_bits), s_bits);
+    }
+}
+
+// h = rms_norm(x), rounded to int8 blocks.
+@compute @workgroup_size(WG)
+fn norm_quant_blocks(ids: Ids) {
+    norm_quant_blocks_row(ids, false);
+}
+
+// out = rms_norm(out), rounded to int8 blocks.
+@compute @workgroup_size(WG)
+fn norm_quant_blocks_inplace(ids: Ids) {
+    norm_quant_blocks_row(ids, true);
 }
