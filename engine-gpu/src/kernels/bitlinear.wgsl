@@ -182,17 +182,39 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             at[aw * TN + t] = a;
         }
         workgroupBarrier();
+        // Σ q·code per (row, token), and Σ q per token once for all four rows (dot16's
+        // second half, which does not depend on the row): t = code − 1, so the block's sum
+        // is Σ q·code − Σ q, exactly. Each token's four activation words are read once per
+        // code word for the four rows.
         var isum: array<i32, 8>;
+        var qsum0 = 0i;
+        var qsum1 = 0i;
+        let ones = 0x01010101u;
+        let mask = 0x03030303u;
         for (var cw = 0u; cw < TKW; cw = cw + 1u) {
+            let a = 4u * cw * TN + tt;
+            let x0 = vec4<u32>(at[a], at[a + TN], at[a + 2u * TN], at[a + 3u * TN]);
+            let b = a + 16u;
+            let x1 = vec4<u32>(at[b], at[b + TN], at[b + 2u * TN], at[b + 3u * TN]);
+            qsum0 = qsum0 + dot4I8Packed(x0.x, ones) + dot4I8Packed(x0.y, ones) + dot4I8Packed(x0.z, ones)
+                + dot4I8Packed(x0.w, ones);
+            qsum1 = qsum1 + dot4I8Packed(x1.x, ones) + dot4I8Packed(x1.y, ones) + dot4I8Packed(x1.z, ones)
+                + dot4I8Packed(x1.w, ones);
             for (var i = 0u; i < 4u; i = i + 1u) {
                 let c = ct[cw * TM + tr + 16u * i];
-                for (var j = 0u; j < 2u; j = j + 1u) {
-                    let t = tt + 16u * j;
-                    let a = 4u * cw * TN + t;
-                    isum[2u * i + j] = isum[2u * i + j]
-                        + dot16(c, at[a], at[a + TN], at[a + 2u * TN], at[a + 3u * TN]);
-                }
+                let c0 = c & mask;
+                let c1 = (c >> 2u) & mask;
+                let c2 = (c >> 4u) & mask;
+                let c3 = (c >> 6u) & mask;
+                isum[2u * i] = isum[2u * i] + dot4I8Packed(x0.x, c0) + dot4I8Packed(x0.y, c1)
+                    + dot4I8Packed(x0.z, c2) + dot4I8Packed(x0.w, c3);
+                isum[2u * i + 1u] = isum[2u * i + 1u] + dot4I8Packed(x1.x, c0) + dot4I8Packed(x1.y, c1)
+                    + dot4I8Packed(x1.z, c2) + dot4I8Packed(x1.w, c3);
             }
+        }
+        for (var i = 0u; i < 4u; i = i + 1u) {
+            isum[2u * i] = isum[2u * i] - qsum0;
+            isum[2u * i + 1u] = isum[2u * i + 1u] - qsum1;
         }
         for (var i = 0u; i < 4u; i = i + 1u) {
             let r = min(row0 + tr + 16u * i, p.m - 1u);

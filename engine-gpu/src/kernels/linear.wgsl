@@ -23,7 +23,9 @@
 //   chunks: coalesced), then reduce. Each weight byte is read once. For n = 1 (decode).
 // - tiled: 64 rows × 32 tokens per workgroup of 256; each 32-column step decodes a 64 × 32
 //   weight tile and a 32 × 32 activation tile into workgroup memory, and each invocation
-//   accumulates 4 rows × 2 tokens. Each weight tile is read once per 32 tokens (prefill).
+//   accumulates 4 consecutive rows × 2 consecutive tokens (one vec4 and one vec2 load per
+//   column: a quarter of the workgroup-memory reads of one scalar load per operand). Each
+//   weight tile is read once per 32 tokens (prefill).
 //
 // The dtype is the override DTYPE, so each dtype is its own pipeline without a branch per
 // element. Decoding is exact (f16/bf16 widening; code · d with small integer codes and f16
@@ -318,31 +320,34 @@ const TM: u32 = 64u;
 const TN: u32 = 32u;
 const TK: u32 = 32u;
 
-// The weight tile, transposed: wt[kk · TM + r] (consecutive rows in consecutive words, so
-// the 16 invocations that read one kk read 16 consecutive words).
-var<workgroup> wt: array<f32, 2048>;
-// The activation tile, transposed: xt[kk · TN + t].
-var<workgroup> xt: array<f32, 1024>;
+// The weight tile, transposed: element (kk, r) in wt[kk · TM/4 + r/4][r % 4], so an
+// invocation's four consecutive rows are one vec4 load.
+var<workgroup> wt: array<vec4<f32>, 512>;
+// The activation tile, transposed: element (kk, t) in xt[kk · TN/2 + t/2][t % 2].
+var<workgroup> xt: array<vec2<f32>, 512>;
 
 @compute @workgroup_size(256)
 fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
     let row0 = (wid.y * nwg.x + wid.x) * TM;
     let tok0 = wid.z * TN;
-    // This invocation's outputs: rows row0 + tr + 16i (i < 4), tokens tok0 + tt + 16j (j < 2).
+    // This invocation's outputs: rows row0 + 4·tr + i (i < 4), tokens tok0 + 2·tt + j
+    // (j < 2). Per step of the k loop it reads one vec4 of weights and one vec2 of
+    // activations from workgroup memory for its eight multiply-adds.
     let tr = lidx % 16u;
     let tt = lidx / 16u;
     // Its share of the weight tile: row lr, columns lc .. lc + 8.
     let lr = lidx / 4u;
     let lc = (lidx % 4u) * 8u;
-    var acc: array<f32, 8>;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
         var v: array<f32, 8>;
         if (row0 + lr < p.m) {
             v = load8(row0 + lr, k0 + lc);
         }
         for (var i = 0u; i < 8u; i = i + 1u) {
-            wt[(lc + i) * TM + lr] = v[i];
+            wt[(lc + i) * (TM / 4u) + lr / 4u][lr % 4u] = v[i];
         }
         for (var q = 0u; q < 4u; q = q + 1u) {
             let idx = lidx + 256u * q;
@@ -352,27 +357,25 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             if (tok0 + t < p.n && k0 + kk < p.k) {
                 xv = x[(tok0 + t) * p.k + k0 + kk];
             }
-            xt[kk * TN + t] = xv;
+            xt[kk * (TN / 2u) + t / 2u][t % 2u] = xv;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            let b0 = xt[kk * TN + tt];
-            let b1 = xt[kk * TN + tt + 16u];
-            for (var i = 0u; i < 4u; i = i + 1u) {
-                let a = wt[kk * TM + tr + 16u * i];
-                acc[2u * i] = acc[2u * i] + a * b0;
-                acc[2u * i + 1u] = acc[2u * i + 1u] + a * b1;
-            }
+            let w = wt[kk * (TM / 4u) + tr];
+            let b = xt[kk * (TN / 2u) + tt];
+            acc0 = acc0 + w * b.x;
+            acc1 = acc1 + w * b.y;
         }
         workgroupBarrier();
     }
     for (var i = 0u; i < 4u; i = i + 1u) {
-        for (var j = 0u; j < 2u; j = j + 1u) {
-            let r = row0 + tr + 16u * i;
-            let t = tok0 + tt + 16u * j;
-            if (r < p.m && t < p.n) {
-                store_out(t * p.out_stride + p.row0 + r, acc[2u * i + j]);
-            }
+        let r = row0 + 4u * tr + i;
+        let t = tok0 + 2u * tt;
+        if (r < p.m && t < p.n) {
+            store_out(t * p.out_stride + p.row0 + r, acc0[i]);
+        }
+        if (r < p.m && t + 1u < p.n) {
+            store_out((t + 1u) * p.out_stride + p.row0 + r, acc1[i]);
         }
     }
 }
