@@ -8,9 +8,9 @@
 //! the high half when odd), Q4_0 / Q4_1 / Q8_0 as their 18 / 20 / 34-byte blocks, back to
 //! back. Those block sizes are even, so every f16 field and every run of code bytes starts
 //! on a 2-byte boundary: kernels read a half at byte offset `o` as
-//! `(w[o / 4] >> 8·(o % 4)) & 0xffff` and four code bytes at an even offset from at most
-//! two words (see `linear.wgsl`). Keeping the file's layout costs one extra word read per
-//! misaligned run (from cache) and no extra memory.
+//! `(w[o / 4] >> 8·(o % 4)) & 0xffff` and eight code bytes at an even offset from two words
+//! or three (`linear.wgsl`'s `words_at`, without a branch). Keeping the file's layout costs
+//! one extra word read per misaligned run (from cache) and no extra memory.
 //!
 //! **Ternary tensors (TQ1_0, TQ2_0, I2_S): repacked once, at upload, into one layout** in
 //! two parts, so that BITLINEAR and LINEAR have one ternary kernel, not three:

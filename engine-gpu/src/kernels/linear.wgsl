@@ -90,14 +90,19 @@ fn f16_at(off: u32) -> f32 {
     return unpack2x16float(half_at(off)).x;
 }
 
-// The 4 bytes at byte offset `off` (even; blocks of 18, 20 and 34 bytes keep their fields on
-// 2-byte boundaries), from one word or two.
-fn word_at(off: u32) -> u32 {
+// The 8 bytes at byte offset `off` (even; blocks of 18, 20 and 34 bytes keep their fields on
+// 2-byte boundaries) as two words, from two words (aligned) or three, without a branch:
+// neighbouring Q8_0 and Q4_0 blocks alternate between the two cases, so the invocations of
+// one subgroup would otherwise take both paths one after the other.
+fn words_at(off: u32) -> vec2<u32> {
     let i = off >> 2u;
-    if ((off & 2u) == 0u) {
-        return wword(i);
-    }
-    return (wword(i) >> 16u) | (wword(i + 1u) << 16u);
+    let aligned = (off & 2u) == 0u;
+    let w0 = wword(i);
+    let w1 = wword(i + 1u);
+    // Aligned, the third word is not needed (and may lie past the buffer): w1 again.
+    let w2 = wword(select(i + 2u, i + 1u, aligned));
+    let shifted = vec2<u32>((w0 >> 16u) | (w1 << 16u), (w1 >> 16u) | (w2 << 16u));
+    return select(shifted, vec2<u32>(w0, w1), aligned);
 }
 
 // Element `idx` of the flattened tensor, for the plain dtypes.
@@ -162,8 +167,9 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
         // f16 d, then 32 int8 codes.
         let off = row * p.row_bytes + blk * 34u;
         let d = f16_at(off);
-        let a = bitcast<i32>(word_at(off + 2u + j));
-        let b = bitcast<i32>(word_at(off + 6u + j));
+        let ab = bitcast<vec2<i32>>(words_at(off + 2u + j));
+        let a = ab.x;
+        let b = ab.y;
         for (var i = 0u; i < 4u; i = i + 1u) {
             v[i] = f32(extractBits(a, 8u * i, 8u)) * d;
             v[i + 4u] = f32(extractBits(b, 8u * i, 8u)) * d;
@@ -185,8 +191,9 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
         mn = f16_at(off + 2u);
         q = off + 4u;
     }
-    let a = word_at(q + (j & 15u));
-    let b = word_at(q + (j & 15u) + 4u);
+    let ab = words_at(q + (j & 15u));
+    let a = ab.x;
+    let b = ab.y;
     let shift = select(0u, 4u, j >= 16u);
     for (var i = 0u; i < 4u; i = i + 1u) {
         let ca = (a >> (8u * i + shift)) & 15u;
