@@ -427,35 +427,65 @@ impl Engine for GpuEngine {
     }
 
     fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
+        let mut pending = self.read_later_all(&[tensor])?;
+        pending.pop().ok_or_else(|| ExecError::Device { engine: "gpu", reason: "a read returned nothing".to_string() })
+    }
+
+    /// Every copy in one command buffer and one submission (with the programs not yet
+    /// submitted).
+    fn read_later_all(&mut self, tensors: &[TensorId]) -> Result<Vec<PendingRead>, ExecError> {
         const OP: &str = "GRID_READ";
-        self.live(OP, tensor)?;
-        let len = self.byte_len(OP, tensor)?;
-        let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
-        let ternary =
-            self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?.dtype.is_ternary();
-        let src = match t.parts.as_slice() {
-            [only] if !ternary => only.clone(),
-            // Repacked or empty tensors are rebuilt on the host: read them now.
-            _ => return Ok(PendingRead::ready(self.read(tensor)?)),
-        };
-        let staging = self.staging_buffer(src.size());
         let mut encoder =
             self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("GRID_READ later") });
-        encoder.copy_buffer_to_buffer(&src, 0, &staging, 0, src.size());
+        // Per tensor: the bytes now (repacked or empty tensors, rebuilt on the host), or the
+        // staging buffer its copy goes to, the bytes copied and the tensor's length.
+        let mut reads: Vec<Result<Vec<u8>, (wgpu::Buffer, u64, usize)>> = Vec::with_capacity(tensors.len());
+        for &tensor in tensors {
+            self.live(OP, tensor)?;
+            let len = self.byte_len(OP, tensor)?;
+            let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
+            let ternary =
+                self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?.dtype.is_ternary();
+            let src = match t.parts.as_slice() {
+                [only] if !ternary => only.clone(),
+                _ => {
+                    reads.push(Ok(self.read(tensor)?));
+                    continue;
+                }
+            };
+            let staging = self.staging_buffer(src.size());
+            encoder.copy_buffer_to_buffer(&src, 0, &staging, 0, src.size());
+            reads.push(Err((staging, src.size(), len)));
+        }
+        if reads.iter().all(Result::is_ok) {
+            // Nothing to copy: no submit.
+            return Ok(reads.into_iter().filter_map(Result::ok).map(PendingRead::ready).collect());
+        }
         let submission = self.submit(Some(encoder.finish()));
-        let (tx, mapped) = mpsc::channel();
-        staging.map_async(wgpu::MapMode::Read, 0..src.size(), move |r| {
-            let _ = tx.send(r);
-        });
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        let copied = src.size();
-        self.reads_in_flight.push_back(InFlightRead { ticket, staging, copied, len, submission, mapped });
-        while self.reads_in_flight.len() > MAX_READS_IN_FLIGHT {
-            self.reads_in_flight.pop_front();
+        let mut pending = Vec::with_capacity(reads.len());
+        for read in reads {
+            let (staging, copied, len) = match read {
+                Ok(bytes) => {
+                    pending.push(PendingRead::ready(bytes));
+                    continue;
+                }
+                Err(copy) => copy,
+            };
+            let (tx, mapped) = mpsc::channel();
+            staging.map_async(wgpu::MapMode::Read, 0..copied, move |r| {
+                let _ = tx.send(r);
+            });
+            let ticket = self.next_ticket;
+            self.next_ticket += 1;
+            let submission = submission.clone();
+            self.reads_in_flight.push_back(InFlightRead { ticket, staging, copied, len, submission, mapped });
+            while self.reads_in_flight.len() > MAX_READS_IN_FLIGHT {
+                self.reads_in_flight.pop_front();
+            }
+            pending.push(PendingRead::ticket(ticket));
         }
         self.ctx.check()?;
-        Ok(PendingRead::ticket(ticket))
+        Ok(pending)
     }
 
     fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {

@@ -121,6 +121,13 @@ pub trait Engine {
         Ok(PendingRead::ready(self.read(tensor)?))
     }
 
+    /// [`Engine::read_later`] of several tensors at once: one submission for all of them on
+    /// an engine that batches (a sampled decode step reads TOP_K's values and ids). The
+    /// default reads them one after the other.
+    fn read_later_all(&mut self, tensors: &[TensorId]) -> Result<Vec<PendingRead>, ExecError> {
+        tensors.iter().map(|&t| self.read_later(t)).collect()
+    }
+
     /// The bytes of a read begun with [`Engine::read_later`], waiting for them if needed.
     fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
         pending.into_parts().map_err(|ticket| ExecError::UnknownRead { ticket })
@@ -212,6 +219,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
         (**self).read_later(tensor)
+    }
+    fn read_later_all(&mut self, tensors: &[TensorId]) -> Result<Vec<PendingRead>, ExecError> {
+        (**self).read_later_all(tensors)
     }
     fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
         (**self).finish_read(pending)

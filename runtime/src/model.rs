@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use purebee_isa::{
-    DType, Engine, KernelProfile, ParamValue, PendingRead, ProfileSupport, Program, ProgramBuilder, TensorId,
+    DType, Engine, ExecError, KernelProfile, ParamValue, PendingRead, ProfileSupport, Program, ProgramBuilder, TensorId,
 };
 use purebee_memory::gguf::{FileWatch, GgufFile};
 
@@ -304,7 +304,12 @@ impl<E: Engine> Model<E> {
             c.live = true;
         }
         self.engine.execute(&c.pass, &[])?;
-        let (values, ids) = (self.engine.read_later(c.values)?, self.engine.read_later(c.ids)?);
+        // Both reads in one go: one submission on a GPU.
+        let mut reads = self.engine.read_later_all(&[c.values, c.ids])?.into_iter();
+        let (Some(values), Some(ids)) = (reads.next(), reads.next()) else {
+            let reason = "read_later_all returned fewer reads than tensors".to_string();
+            return Err(ExecError::Device { engine: self.engine.name(), reason }.into());
+        };
         let (values, ids) = (self.engine.finish_read(values)?, self.engine.finish_read(ids)?);
         self.release_prefill(session, key)?;
         let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
