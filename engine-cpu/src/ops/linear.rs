@@ -44,6 +44,7 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
     QuantMatrix::new(dtype, e.store.bytes(reg, OP, l.weight)?, m, kk).map_err(decode_error)?;
     let (pool, level) = (e.pool, e.level);
     let acts = &mut e.caches.linear_activations;
+    let gemm_tiles = &mut e.caches.gemm_tiles;
     let int8_kernel = n == 1 && k8::supports(dtype);
     if l.activations == LinearActivations::Int8Blocks {
         acts.update(level, e.store, l.x, e.store.f32s(reg, OP, l.x)?, n, kk);
@@ -63,7 +64,7 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
         match (l.activations, n) {
             (LinearActivations::Int8Blocks, 1) if int8_kernel => gemv_int8(pool, level, &w, acts.row(0), out),
             (_, 1) => gemv(pool, level, &w, x, out),
-            _ => gemm(pool, level, &w, x, n, out),
+            _ => gemm(pool, level, &w, x, n, gemm_tiles, out),
         }
         Ok(())
     })
@@ -217,28 +218,48 @@ fn gemv_int8(pool: &Pool, level: Simd, w: &Weights, a: Int8Row, out: &mut [f32])
     });
 }
 
-fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, out: &mut [f32]) {
+fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut Vec<f32>, out: &mut [f32]) {
     let (m, kk) = (out.len() / n.max(1), w.k);
-    // Computed as [m, n] (each task's rows contiguous), then transposed into out [n, m].
-    let mut by_row = vec![0f32; m * n];
-    pool.for_each_chunk(&mut by_row, TILE_ROWS * n, &|i, o| {
+    // Each task computes one tile of TILE_ROWS weight rows (fewer in the last) for every
+    // token, into its part of `tiles` as `dot_tile` writes it: token-major, [n, rows]. Then
+    // each row of `out` is assembled from the tiles' runs of `rows` consecutive outputs.
+    // (Every element of `tiles` is written before it is read: growing it is the only
+    // zeroing.)
+    if tiles.len() < m * n {
+        tiles.resize(m * n, 0.0);
+    }
+    let tiles = &mut tiles[..m * n];
+    pool.for_each_chunk(tiles, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
-        let mut tile = vec![0f32; rows * kk];
-        for (r, t) in tile.chunks_exact_mut(kk.max(1)).enumerate() {
-            w.decode(i * TILE_ROWS + r, t);
-        }
-        let mut part = vec![0f32; TOKEN_BLOCK * rows];
-        for t0 in (0..n).step_by(TOKEN_BLOCK) {
-            let tn = (n - t0).min(TOKEN_BLOCK);
-            k::dot_tile(level, &tile, &x[t0 * kk..(t0 + tn) * kk], kk, &mut part[..tn * rows]);
-            for t in 0..tn {
-                for r in 0..rows {
-                    o[r * n + t0 + t] = part[t * rows + r];
-                }
+        DECODED.with_borrow_mut(|tile| {
+            // Decoded rows: every element is written by `decode` (resizing zeroes only growth).
+            tile.resize(rows * kk, 0.0);
+            for (r, t) in tile.chunks_exact_mut(kk.max(1)).enumerate() {
+                w.decode(i * TILE_ROWS + r, t);
+            }
+            for t0 in (0..n).step_by(TOKEN_BLOCK) {
+                let tn = (n - t0).min(TOKEN_BLOCK);
+                let xs = &x[t0 * kk..(t0 + tn) * kk];
+                k::dot_tile(level, &tile[..rows * kk], xs, kk, &mut o[t0 * rows..(t0 + tn) * rows]);
+            }
+        });
+    });
+    const TOKENS: usize = 16;
+    let tiles = &*tiles;
+    pool.for_each_chunk(out, TOKENS * m, &|i, o| {
+        for (t, row) in o.chunks_exact_mut(m.max(1)).enumerate() {
+            let t = i * TOKENS + t;
+            for (j, run) in row.chunks_mut(TILE_ROWS).enumerate() {
+                let start = j * TILE_ROWS * n + t * run.len();
+                run.copy_from_slice(&tiles[start..start + run.len()]);
             }
         }
     });
-    transpose(pool, &by_row, m, n, out);
+}
+
+thread_local! {
+    /// Each thread's decoded weight tile in `gemm`, kept between tiles and calls.
+    static DECODED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `out[t · m + j] = by_row[j · n + t]`, a few tokens per task: each task reads short runs

@@ -37,6 +37,9 @@ pub(crate) struct Caches {
     pub linear_activations: linear::Int8Activations,
     /// ROPE's cos/sin table of the last positions (every ROPE of one step shares it).
     pub rope: rope::Table,
+    /// LINEAR prefill's outputs tile by tile, before they are assembled into `out` (kept so
+    /// that each prefill LINEAR does not allocate and zero it again).
+    pub gemm_tiles: Vec<f32>,
 }
 
 pub(crate) fn run(e: &mut Exec, program: &Program, i: &Instruction, params: &[ParamValue]) -> Result<(), ExecError> {
