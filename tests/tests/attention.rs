@@ -27,9 +27,10 @@
 //! 1.4e-4·(V + |want|), nearly all of it the worst case of the 128-term scores in f32.
 //!
 //! The CPU engine is held to the same bound. It also accumulates in f32 (scores as dot
-//! products of eight partial sums, e^x within 2 ulp, the sums of one row's positions in
-//! index order, split over parts of 256 positions merged as above for one row over a long
-//! context), which the bound's γ-style terms cover for the contexts tested here.
+//! products of eight partial sums, e^x within 2 ulp; at decode the sums of one row's
+//! positions in index order, split over parts of 256 positions merged as above for one row
+//! over a long context; in prefill, Σ w·v as eight partial sums over the positions, then
+//! one division), which the bound's γ-style terms cover for the contexts tested here.
 
 use proptest::prelude::*;
 use purebee_isa::ops::Attention;
