@@ -597,6 +597,55 @@ fn llama_layer_dispatches_are_fused() {
     }
 }
 
+/// RMS_NORM then LINEARs with int8-block activations: the norm and the rounding in one
+/// dispatch (`norm_quant_blocks`), in place or not, over rows that are not whole blocks (k =
+/// 45: a block of 32 and one of 13), at one token (q, k, v merged) and several; the normed
+/// tensor is read back (so its write is kept), and every output equals the unfused program's.
+#[test]
+fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (seed, n, k, inplace) in [(41, 1, 45, true), (42, 3, 45, false), (43, 2, 96, true), (44, 1, 96, false)] {
+        let mut rng = SplitMix64(seed);
+        let m = 37;
+        let mut inputs = vec![
+            ("x".to_string(), matrix("x", n, k, randn(&mut rng, n * k, 1.0))),
+            ("nw".to_string(), vector("nw", randn(&mut rng, k, 1.0))),
+        ];
+        for name in ["w1", "w2", "w3"] {
+            let bytes = float_weight(DType::F16, m, k, &mut rng, 0.3);
+            let shape = Shape::matrix(m, k).expect("shape");
+            inputs.push((name.to_string(), HostTensor::from_bytes(name, DType::F16, shape, &bytes).expect("sizes")));
+        }
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let [x, nw, w1, w2, w3] = ids[..] else {
+                return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+            };
+            let h = if inplace { x } else { b.alloc(&name("h"), DType::F32, &[n, k])? };
+            let ys: Vec<TensorId> =
+                (0..3).map(|i| b.alloc(&name(&format!("y{i}")), DType::F32, &[n, m])).collect::<Result<_, _>>()?;
+            b.rms_norm(h, x, nw, 1e-5)?;
+            for (&y, w) in ys.iter().zip([w1, w2, w3]) {
+                b.linear_with(y, h, w, LinearActivations::Int8Blocks)?;
+            }
+            Ok([vec![h], ys].concat())
+        };
+        for portable in [false, true] {
+            let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
+            let what = format!("n={n} k={k} in place={inplace} portable={portable}");
+            assert_bits(&fused, &unfused, &what).unwrap_or_else(|e| panic!("{e}"));
+            let entry = if inplace { ":norm_quant_blocks_inplace" } else { ":norm_quant_blocks" };
+            assert!(fk[0].ends_with(entry), "{what}: {fk:?}");
+            assert!(!fk.iter().any(|f| f.ends_with(":quantize_blocks")), "{what}: {fk:?}");
+            // Unfused: the norm, then a rounding and a product per LINEAR. Fused: the norm
+            // with the rounding, then the products (one dispatch at one token).
+            assert_eq!(uk.len(), 7, "{what}: {uk:?}");
+            assert_eq!(fk.len(), if n == 1 { 2 } else { 4 }, "{what}: {fk:?}");
+        }
+    }
+}
+
 /// LINEAR's patterns against the reference engine on exact data: integer activations with
 /// max |x| = 127 in every block of 32 (so int8 blocks round nothing: s_b = 1), integer
 /// weights (F16) or Q8_0 codes with d = 1, small residuals in multiples of 1/8: every
