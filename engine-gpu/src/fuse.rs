@@ -439,16 +439,12 @@ fn linears_mergeable(
     linears: &[usize],
     tail: Option<TailPart>,
 ) -> bool {
-    let ls: Vec<&Linear> = linears
-        .iter()
-        .filter_map(|&i| match instructions.get(i) {
-            Some(Instruction::Linear(l)) => Some(l),
-            _ => None,
-        })
-        .collect();
-    if ls.len() != linears.len() {
+    let Some(ls) = all_of(instructions, linears, |i| match i {
+        Instruction::Linear(l) => Some(l),
+        _ => None,
+    }) else {
         return false;
-    }
+    };
     match (ls.as_slice(), tail.map(|t| t.epilogue)) {
         ([a, b, c], None) => {
             let outs = [a.out, b.out, c.out];
@@ -726,30 +722,37 @@ fn act_mul_of(ctx: &RecordCtx, p: &Product, act: &Instruction, mul: &Binary) -> 
     ok.then_some((g, op))
 }
 
-/// Whether the products of `linears` (with `tail`) can run as one dispatch
+/// The instructions at `indices` as `pick` sees them; `None` when one is not of that kind.
+fn all_of<'a, T>(
+    instructions: &'a [Instruction],
+    indices: &[usize],
+    pick: impl Fn(&'a Instruction) -> Option<&'a T>,
+) -> Option<Vec<&'a T>> {
+    indices.iter().map(|&i| instructions.get(i).and_then(&pick)).collect()
+}
+
+/// Whether the BITLINEAR products of `linears` (with `tail`) can run as one dispatch
 /// ([`Pattern::MultiProduct`], [`Pattern::GatedPair`]).
-fn mergeable(
+fn bitlinears_mergeable(
     ctx: &RecordCtx,
     limits: &Limits,
     instructions: &[Instruction],
     linears: &[usize],
     tail: Option<TailPart>,
 ) -> bool {
-    let bs: Vec<&BitLinear> = linears
-        .iter()
-        .filter_map(|&i| match instructions.get(i) {
-            Some(Instruction::BitLinear(b)) => Some(b),
-            _ => None,
-        })
-        .collect();
+    let Some(bs) = all_of(instructions, linears, |i| match i {
+        Instruction::BitLinear(b) => Some(b),
+        _ => None,
+    }) else {
+        return false;
+    };
     let Some(first) = bs.first() else { return false };
     let dtype = |b: &BitLinear| ctx.desc(b.weight).ok().map(|d| d.dtype);
     let tokens = |b: &BitLinear| {
         let m = ctx.desc(b.weight).ok()?.shape.rows();
         ctx.desc(b.out).ok()?.shape.numel().checked_div(m)
     };
-    let alike = bs.len() == linears.len()
-        && bs.iter().all(|b| dtype(b).is_some() && dtype(b) == dtype(first) && tokens(b) == Some(1))
+    let alike = bs.iter().all(|b| dtype(b).is_some() && dtype(b) == dtype(first) && tokens(b) == Some(1))
         && (bs.iter().all(|b| b.scale.is_some()) || bs.iter().all(|b| b.scale.is_none()));
     if !alike {
         return false;
@@ -797,7 +800,7 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     let tail = tail_of(ctx, limits, instructions, last, &product);
     let norm =
         norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
-    let merged = mergeable(ctx, limits, instructions, &linears, tail);
+    let merged = bitlinears_mergeable(ctx, limits, instructions, &linears, tail);
     let g = QuantGroup { norm, linears, tail, merged };
     (!g.patterns().is_empty()).then_some(g)
 }
