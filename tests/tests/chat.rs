@@ -490,6 +490,21 @@ fn a_template_that_doubles_a_list_is_a_render_error() {
 }
 
 #[test]
+fn indexing_a_lazily_doubled_list_is_a_render_error() {
+    in_a_memory_limited_child(|| {
+        // The lookup walks the lazy concatenation up to the index: 2^30 items at 30 levels
+        // (the fuzzer's `chat_template` target found it taking 25 s).
+        for use_it in ["{{ l[-1] }}", "{{ l[-1000] }}", "{{ l[1000000000] }}"] {
+            let source = |n| repeated("{% set l = [1] %}", "{% set l = l + l %}", n, use_it);
+            assert!(render_one(&source(10), "hi").is_ok(), "{use_it}");
+            assert_render_error(&source(30), "hi", "used up its fuel");
+        }
+        let source = repeated("{% set l = [1, 2] %}", "{% set l = l + l %}", 10, "{{ l[-1] }}{{ l[5] }}");
+        assert_eq!(render_one(&source, "hi").ok().as_deref(), Some("22"));
+    });
+}
+
+#[test]
 fn formatting_a_list_that_holds_a_list_many_times_is_a_render_error() {
     in_a_memory_limited_child(|| {
         for use_it in ["{{ l }}", "{{ (l ~ '')|length }}", "{{ l|tojson|length }}", "{{ l|string|length }}"] {

@@ -1891,9 +1891,19 @@ impl Value {
                     // then index into it.
                     if let Some(idx) = index(key, || dy.enumerator_len()) {
                         if let Some(iter) = dy.try_iter() {
+                            // purebee patch: the items skipped over are a walk, charged
+                            // one item each: `l[-1]` of a lazily doubled list walked
+                            // 2^30 items uncharged.  When the fuel runs out the lookup
+                            // gives nothing and the render fails at its next instruction.
+                            let Ok(_level) = crate::limits::enter(0) else {
+                                return None;
+                            };
                             // Unlike `nth` this does not skip over invalid values.  As
                             // lookups are infallible, the invalid value is handed out.
                             for (item_idx, item) in checked(iter).enumerate() {
+                                if crate::limits::charge_item(0).is_err() {
+                                    return None;
+                                }
                                 match item {
                                     Ok(rv) if item_idx == idx => return Some(rv),
                                     Ok(_) => {}
