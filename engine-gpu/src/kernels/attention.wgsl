@@ -109,17 +109,21 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     var l_run = 0.0;
     for (var t0 = start; t0 < end; t0 += WG) {
         let t = t0 + lid.x;
+        // The tile's positions: a short split's last (or only) tile stages only those
+        // rows. The rows past them keep stale values, whose scores the select below
+        // replaces (t ≥ end).
+        let count = min(WG, end - t0);
         var dot = 0.0;
         for (var d0 = 0u; d0 < p.head_dim; d0 += KB) {
             let width = min(KB, p.head_dim - d0);
             // (Eight loads batched through a private array measured slower on an H200, 1.07
             // → 1.38 ms of a 2B token at 32 positions: private arrays indexed in loops are
             // best avoided in these kernels.)
-            for (var e = lid.x; e < WG * KB; e += WG) {
+            for (var e = lid.x; e < count * KB; e += WG) {
                 let row = e / KB;
                 let col = e % KB;
                 var key = 0.0;
-                if (t0 + row < end && col < width) {
+                if (col < width) {
                     key = k[(t0 + row) * p.kv_width + kv_off + d0 + col];
                 }
                 keys[row * (KB + 1u) + col] = key;
@@ -136,7 +140,6 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
         let score = select(LOWEST, dot * p.scale, t < end);
         scores[lid.x] = score;
         workgroupBarrier();
-        let count = min(WG, end - t0);
         var m_new = m_run;
         for (var j = 0u; j < count; j++) {
             m_new = max(m_new, scores[j]);
