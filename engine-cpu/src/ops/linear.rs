@@ -228,8 +228,8 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut 
     if tiles.len() < m * n {
         tiles.resize(m * n, 0.0);
     }
-    let tiles = &mut tiles[..m * n];
-    pool.for_each_chunk(tiles, TILE_ROWS * n, &|i, o| {
+    let outputs = &mut tiles[..m * n];
+    pool.for_each_chunk(outputs, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
         DECODED.with_borrow_mut(|tile| {
             // Decoded rows: every element is written by `decode` (resizing zeroes only growth).
@@ -245,17 +245,25 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut 
         });
     });
     const TOKENS: usize = 16;
-    let tiles = &*tiles;
+    let outputs = &*outputs;
     pool.for_each_chunk(out, TOKENS * m, &|i, o| {
         for (t, row) in o.chunks_exact_mut(m.max(1)).enumerate() {
             let t = i * TOKENS + t;
             for (j, run) in row.chunks_mut(TILE_ROWS).enumerate() {
                 let start = j * TILE_ROWS * n + t * run.len();
-                run.copy_from_slice(&tiles[start..start + run.len()]);
+                run.copy_from_slice(&outputs[start..start + run.len()]);
             }
         }
     });
+    if tiles.len() > KEEP_TILES {
+        // A one-off (all the logits of a long prompt): not worth holding on to.
+        *tiles = Vec::new();
+    }
 }
+
+/// The most floats of `gemm`'s tile outputs kept between calls (16 MiB): every projection
+/// of a prefill fits; a whole vocabulary's logits for a long prompt do not stay resident.
+const KEEP_TILES: usize = 1 << 22;
 
 thread_local! {
     /// Each thread's decoded weight tile in `gemm`, kept between tiles and calls.

@@ -37,8 +37,8 @@ pub(crate) struct Caches {
     pub linear_activations: linear::Int8Activations,
     /// ROPE's cos/sin table of the last positions (every ROPE of one step shares it).
     pub rope: rope::Table,
-    /// LINEAR prefill's outputs tile by tile, before they are assembled into `out` (kept so
-    /// that each prefill LINEAR does not allocate and zero it again).
+    /// LINEAR prefill's outputs tile by tile, before they are assembled into `out` (kept, up
+    /// to 16 MiB, so that each prefill LINEAR does not allocate and zero it again).
     pub gemm_tiles: Vec<f32>,
 }
 
