@@ -261,8 +261,10 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut 
     }
 }
 
-/// The most floats of `gemm`'s tile outputs kept between calls (16 MiB): every projection
-/// of a prefill fits; a whole vocabulary's logits for a long prompt do not stay resident.
+/// The most floats of `gemm`'s tile outputs kept between calls (16 MiB): SmolLM2's widest
+/// projection at 512 tokens takes 0.8 M; a whole vocabulary's logits for a long prompt (the
+/// 2B shape's: 66 M at 512 tokens) do not stay resident. A larger projection allocates and
+/// zeroes its buffer each call, as before.
 const KEEP_TILES: usize = 1 << 22;
 
 thread_local! {

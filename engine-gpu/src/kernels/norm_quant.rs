@@ -17,9 +17,7 @@
 //! bytes, the later passes usually from cache), writes `rows·d + 4·rows` (+ `4·rows·d` when
 //! the normed tensor is live).
 
-use purebee_isa::ops::RmsNorm;
-
-use purebee_isa::ops::LINEAR_ACT_BLOCK;
+use purebee_isa::ops::{RmsNorm, LINEAR_ACT_BLOCK};
 
 use super::{bitlinear, row_reduce, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
