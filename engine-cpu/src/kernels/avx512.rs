@@ -125,6 +125,54 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     y
 }
 
+/// See `ternary::tq2_0_row_pair_sum`. The codes stay in place: run g is masked with
+/// `3 << 2g` instead of shifted down and masked, and `vpdpbusd` multiplies `4^g · c` (at most
+/// 192, still a u8) by the activations, so run g's lanes hold `4^g` times its sums, which an
+/// arithmetic shift by `2g` undoes exactly. A lane gains at most 4 · 192 · 128 = 98 304 per
+/// chunk: below 2³¹ over `MAX_UNIFORM_BLOCKS` blocks of two chunks, the longest row this
+/// kernel sums (`pair_row_scale`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
+    let n = qsums.len();
+    assert!(rows.iter().all(|r| r.len() >= 66 * n) && q.len() >= 256 * n, "tq2_0_row_pair_sum: short row");
+    let (Some(d0), Some(d1)) = (ternary::pair_row_scale(rows[0], n), ternary::pair_row_scale(rows[1], n)) else {
+        return rows.map(|r| tq2_0_row_sum(r, q, qsums));
+    };
+    let d_bits = |r: &[u8], b: usize| u16::from_le_bytes([r[66 * b + 64], r[66 * b + 65]]);
+    let masks = TQ2_0_SHIFTS.map(|s| _mm256_set1_epi8((3u8 << s) as i8));
+    let (mut acc, mut differ) = ([[_mm256_setzero_si256(); 4]; 2], [0u16; 2]);
+    for b in 0..n {
+        ternary::prefetch_pair_stream(rows[0], b);
+        for c in 0..2 {
+            // SAFETY: chunk c of block b is bytes 66b + 32c .. + 32 of each row (asserted
+            // above, b < n); an unaligned load.
+            let v = unsafe {
+                [
+                    _mm256_loadu_si256(rows[0].as_ptr().add(66 * b + 32 * c).cast()),
+                    _mm256_loadu_si256(rows[1].as_ptr().add(66 * b + 32 * c).cast()),
+                ]
+            };
+            let qc = activations(q, 256 * b + CHUNK_ELEMS * c);
+            for g in 0..4 {
+                // SAFETY: run g is activations 32g..32g+32 of the chunk's 128; an unaligned load.
+                let qv = unsafe { _mm256_loadu_si256(qc.as_ptr().add(32 * g).cast()) };
+                for r in 0..2 {
+                    acc[r][g] = _mm256_dpbusd_epi32(acc[r][g], _mm256_and_si256(v[r], masks[g]), qv);
+                }
+            }
+        }
+        differ[0] |= d_bits(rows[0], b) ^ d0;
+        differ[1] |= d_bits(rows[1], b) ^ d1;
+    }
+    let finish = |r: usize, d: u16| {
+        let a = acc[r];
+        let runs = [a[0], _mm256_srai_epi32::<2>(a[1]), _mm256_srai_epi32::<4>(a[2]), _mm256_srai_epi32::<6>(a[3])];
+        ternary::pair_row_finish(d, differ[r], n, sum_runs(runs) as i64, qsums)
+            .unwrap_or_else(|| tq2_0_row_sum(rows[r], q, qsums))
+    };
+    [finish(0, d0), finish(1, d1)]
+}
+
 /// `Σ c·q` of codes stored one per byte (see `ternary::codes_dot`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn codes_dot(codes: &[u8], q: &[i8]) -> i32 {

@@ -38,14 +38,23 @@ pub enum Kernel {
     Tq2_0RowSum = 4,
     /// `ternary::tiles_2x4`.
     Tiles2x4 = 5,
+    /// `ternary::tq2_0_row_pair_sum`.
+    Tq2_0RowPairSum = 6,
 }
 
 impl Kernel {
     /// The kernel whose number is `n` (see [`Disagreement::code`]).
     pub fn from_number(n: u32) -> Option<Kernel> {
-        [Kernel::PackedDotTq2_0, Kernel::PackedDotI2S, Kernel::CodesDot, Kernel::Tq2_0RowSum, Kernel::Tiles2x4]
-            .into_iter()
-            .find(|&k| k as u32 == n)
+        [
+            Kernel::PackedDotTq2_0,
+            Kernel::PackedDotI2S,
+            Kernel::CodesDot,
+            Kernel::Tq2_0RowSum,
+            Kernel::Tiles2x4,
+            Kernel::Tq2_0RowPairSum,
+        ]
+        .into_iter()
+        .find(|&k| k as u32 == n)
     }
 }
 
@@ -62,7 +71,7 @@ impl fmt::Display for Disagreement {
     }
 }
 
-/// Largest shapes drawn (all on the stack: about 40 KiB).
+/// Largest shapes drawn (all on the stack: about 41 KiB).
 const MAX_CHUNKS: usize = 21;
 const MAX_BLOCKS: usize = 10;
 const MAX_TILE_K: usize = 1280;
@@ -96,25 +105,35 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
             return fail(Kernel::CodesDot);
         }
         // TQ2_0 rows: one scale for every block (the integer shortcut), or a few.
+        // Two of them, for the pair kernel.
         let blocks = 1 + rng.below(MAX_BLOCKS);
-        let mut row = [0u8; 66 * MAX_BLOCKS];
+        let mut rows = [[0u8; 66 * MAX_BLOCKS]; 2];
         let mut qb = [0i8; 256 * MAX_BLOCKS];
         let mut qsums = [0i32; MAX_BLOCKS];
-        rng.fill_bytes(&mut row[..66 * blocks]);
         rng.fill_activations(&mut qb[..256 * blocks]);
-        let scales = [0x3800u16, 0xb555, 0x0001, 0x7c00, 0x0000, rng.next() as u16 & 0x7bff];
-        let uniform = rng.below(2) == 0;
-        let first = scales[rng.below(scales.len())];
-        for b in 0..blocks {
-            let d = if uniform { first } else { scales[rng.below(scales.len())] };
-            row[66 * b + 64..66 * b + 66].copy_from_slice(&d.to_le_bytes());
-            qsums[b] = qb[256 * b..256 * b + 256].iter().map(|&v| v as i32).sum();
+        for (b, qsum) in qsums[..blocks].iter_mut().enumerate() {
+            *qsum = qb[256 * b..256 * b + 256].iter().map(|&v| v as i32).sum();
         }
-        let (row, qb, qsums) = (&row[..66 * blocks], &qb[..256 * blocks], &qsums[..blocks]);
-        let (got, want) =
-            (ternary::tq2_0_row_sum(level, row, qb, qsums), ternary::tq2_0_row_sum(Simd::PORTABLE, row, qb, qsums));
-        if got.to_bits() != want.to_bits() && !(got.is_nan() && want.is_nan()) {
+        for row in &mut rows {
+            rng.fill_bytes(&mut row[..66 * blocks]);
+            let scales = [0x3800u16, 0xb555, 0x0001, 0x7c00, 0x0000, rng.next() as u16 & 0x7bff];
+            let uniform = rng.below(2) == 0;
+            let first = scales[rng.below(scales.len())];
+            for b in 0..blocks {
+                let d = if uniform { first } else { scales[rng.below(scales.len())] };
+                row[66 * b + 64..66 * b + 66].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+        let rows = [&rows[0][..66 * blocks], &rows[1][..66 * blocks]];
+        let (qb, qsums) = (&qb[..256 * blocks], &qsums[..blocks]);
+        let same = |got: f64, want: f64| got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
+        let want = rows.map(|row| ternary::tq2_0_row_sum(Simd::PORTABLE, row, qb, qsums));
+        if !same(ternary::tq2_0_row_sum(level, rows[0], qb, qsums), want[0]) {
             return fail(Kernel::Tq2_0RowSum);
+        }
+        let pair = ternary::tq2_0_row_pair_sum(level, rows, qb, qsums);
+        if !(same(pair[0], want[0]) && same(pair[1], want[1])) {
+            return fail(Kernel::Tq2_0RowPairSum);
         }
         if !tiles_agree(level, &mut rng) {
             return fail(Kernel::Tiles2x4);

@@ -227,8 +227,16 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
             // overlap instead of each waiting behind the next row's kernel call.
             let mut sums = [0f64; 64];
             for (c, ys) in o.chunks_mut(sums.len()).enumerate() {
-                for (jj, sum) in sums[..ys.len()].iter_mut().enumerate() {
-                    *sum = t::tq2_0_row_sum(level, w.row(i * chunk + 64 * c + jj), q, &qsums);
+                let first = i * chunk + 64 * c;
+                // Two rows per kernel call (each activation load serves both), the odd last
+                // row alone.
+                let mut pairs = sums[..ys.len()].chunks_exact_mut(2);
+                for (p, pair) in (&mut pairs).enumerate() {
+                    let j = first + 2 * p;
+                    pair.copy_from_slice(&t::tq2_0_row_pair_sum(level, [w.row(j), w.row(j + 1)], q, &qsums));
+                }
+                if let [last] = pairs.into_remainder() {
+                    *last = t::tq2_0_row_sum(level, w.row(first + ys.len() - 1), q, &qsums);
                 }
                 for (y, &sum) in ys.iter_mut().zip(&sums) {
                     *y = ((sum / s) * out_scale) as f32;
