@@ -82,6 +82,29 @@ pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     sum_runs(acc)
 }
 
+/// See `ternary::packed_dot_pair`: [`packed_dot`]'s loop over both rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
+    let n = (rows[0].len().min(rows[1].len()) / 32).min(q.len() / CHUNK_ELEMS);
+    let sh = shift_counts(shifts);
+    let (mut acc0, mut acc1) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
+    for c in 0..n {
+        ternary::prefetch_pair_stream(rows[0], 64 * c, 1);
+        // SAFETY: chunk c is bytes 32c..32c+32 of each row (c < n); unaligned loads.
+        let (v0, v1) = unsafe {
+            (
+                _mm256_loadu_si256(rows[0].as_ptr().add(32 * c).cast()),
+                _mm256_loadu_si256(rows[1].as_ptr().add(32 * c).cast()),
+            )
+        };
+        // The second call's activation loads repeat the first's, which the compiler shares.
+        let qc = activations(q, CHUNK_ELEMS * c);
+        acc0 = chunk_dot(acc0, v0, qc, &sh);
+        acc1 = chunk_dot(acc1, v1, qc, &sh);
+    }
+    [sum_runs(acc0), sum_runs(acc1)]
+}
+
 /// One TQ2_0 row's `Σ_b d_b · (Σ_{i∈b} c_i·q_i − qsums[b])`, bit for bit as
 /// `ternary::tq2_0_row_sum` specifies.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -142,7 +165,7 @@ pub(super) fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [
     let masks = TQ2_0_SHIFTS.map(|s| _mm256_set1_epi8((3u8 << s) as i8));
     let (mut acc, mut differ) = ([[_mm256_setzero_si256(); 4]; 2], [0u16; 2]);
     for b in 0..n {
-        ternary::prefetch_pair_stream(rows[0], b);
+        ternary::prefetch_pair_stream(rows[0], 132 * b, 2);
         for c in 0..2 {
             // SAFETY: chunk c of block b is bytes 66b + 32c .. + 32 of each row (asserted
             // above, b < n); an unaligned load.

@@ -40,6 +40,8 @@ pub enum Kernel {
     Tiles2x4 = 5,
     /// `ternary::tq2_0_row_pair_sum`.
     Tq2_0RowPairSum = 6,
+    /// `ternary::packed_dot_pair`, on both run orders.
+    PackedDotPair = 7,
 }
 
 impl Kernel {
@@ -52,6 +54,7 @@ impl Kernel {
             Kernel::Tq2_0RowSum,
             Kernel::Tiles2x4,
             Kernel::Tq2_0RowPairSum,
+            Kernel::PackedDotPair,
         ]
         .into_iter()
         .find(|&k| k as u32 == n)
@@ -71,7 +74,7 @@ impl fmt::Display for Disagreement {
     }
 }
 
-/// Largest shapes drawn (all on the stack: about 41 KiB).
+/// Largest shapes drawn (all on the stack: about 42 KiB).
 const MAX_CHUNKS: usize = 21;
 const MAX_BLOCKS: usize = 10;
 const MAX_TILE_K: usize = 1280;
@@ -90,9 +93,17 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
         rng.fill_bytes(&mut chunks[..32 * n]);
         rng.fill_activations(&mut q[..128 * n]);
         let (chunks, q) = (&chunks[..32 * n], &q[..128 * n]);
+        let mut second = [0u8; 32 * MAX_CHUNKS];
+        rng.fill_bytes(&mut second[..32 * n]);
+        let second = &second[..32 * n];
         for (shifts, kernel) in [(&TQ2_0_SHIFTS, Kernel::PackedDotTq2_0), (&I2_S_SHIFTS, Kernel::PackedDotI2S)] {
-            if ternary::packed_dot(level, chunks, shifts, q) != ternary::packed_dot(Simd::PORTABLE, chunks, shifts, q) {
+            let want = ternary::packed_dot(Simd::PORTABLE, chunks, shifts, q);
+            if ternary::packed_dot(level, chunks, shifts, q) != want {
                 return fail(kernel);
+            }
+            let want = [want, ternary::packed_dot(Simd::PORTABLE, second, shifts, q)];
+            if ternary::packed_dot_pair(level, [chunks, second], shifts, q) != want {
+                return fail(Kernel::PackedDotPair);
             }
         }
         // Codes one per byte, any length.

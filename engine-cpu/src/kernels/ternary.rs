@@ -73,6 +73,21 @@ pub fn packed_dot(level: Simd, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i3
     }
 }
 
+/// Two rows' [`packed_dot`]s against the same activations (the chunks of each row in
+/// `rows`): the same sums as two calls. The x86 levels load each activation once for both
+/// rows and prefetch the pair as one stream (as [`tq2_0_row_pair_sum`]).
+pub fn packed_dot_pair(level: Simd, rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
+    match level.get() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `quantize_row`.
+        SimdLevel::Avx2 => unsafe { x86::packed_dot_pair(rows, shifts, q) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::packed_dot_pair(rows, shifts, q) },
+        _ => rows.map(|r| packed_dot(level, r, shifts, q)),
+    }
+}
+
 fn packed_dot_portable(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     let mut sum = 0i32;
     for (chunk, qc) in chunks.chunks_exact(32).zip(q.chunks_exact(CHUNK_ELEMS)) {
@@ -128,21 +143,20 @@ pub fn tq2_0_row_pair_sum(level: Simd, rows: [&[u8]; 2], q: &[i8], qsums: &[i32]
 }
 
 /// How the x86 pair kernels prefetch: the two rows of a pair are consecutive rows of one
-/// matrix, read together at 132 bytes per block, so the bytes of this pair and the next
-/// form one stream that these kernels fetch two lines a block, `PAIR_STREAM_AHEAD` bytes
-/// ahead of its start. Prefetching each row on its own, as the one-row kernels do, left the
-/// AVX-512 pair kernel at 5.8–6.3 ns per 256 weights from memory (one thread), against
-/// 2.7–2.9 for the stream and 3.2–5.3 for one row at a time.
+/// matrix, read together, so the bytes of this pair and the next form one stream, which
+/// these kernels fetch `PAIR_STREAM_AHEAD` bytes ahead: `lines` cache lines from `at`, the
+/// bytes of the pair read so far (both rows': twice one row's offset). Prefetching each row on
+/// its own, as the one-row kernels do, left the AVX-512 TQ2_0 pair kernel at 5.8–6.3 ns per
+/// 256 weights from memory (one thread), against 2.7–2.9 for the stream and 3.2–5.3 for
+/// one row at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse")]
 #[inline]
-pub(super) fn prefetch_pair_stream(first_row: &[u8], block: usize) {
+pub(super) fn prefetch_pair_stream(first_row: &[u8], at: usize, lines: usize) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    for line in 0..2 {
+    for line in 0..lines {
         // A hint: an address past the matrix is harmless (wrapping_add, never dereferenced).
-        _mm_prefetch::<_MM_HINT_T0>(
-            first_row.as_ptr().wrapping_add(132 * block + 64 * line + PAIR_STREAM_AHEAD).cast(),
-        );
+        _mm_prefetch::<_MM_HINT_T0>(first_row.as_ptr().wrapping_add(at + 64 * line + PAIR_STREAM_AHEAD).cast());
     }
 }
 
@@ -431,6 +445,47 @@ mod x86 {
         hsum_i32(acc32)
     }
 
+    /// See `ternary::packed_dot_pair`: [`packed_dot`]'s loop over both rows, each
+    /// activation load serving both.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
+        let n = (rows[0].len().min(rows[1].len()) / 32).min(q.len() / CHUNK_ELEMS);
+        let mask = _mm256_set1_epi8(3);
+        let ones = _mm256_set1_epi16(1);
+        let (mut acc0, mut acc1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let mut c = 0;
+        while c < n {
+            // As in `packed_dot`: up to 8 chunks per i16 lane before widening.
+            let end = (c + 8).min(n);
+            let (mut lo0, mut lo1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            while c < end {
+                super::prefetch_pair_stream(rows[0], 64 * c, 1);
+                // SAFETY: chunk c is bytes 32c..32c+32 of each row and its activations are
+                // 128c..128c+128 of `q`; c < n keeps all three inside their slices.
+                let (v0, v1, qp) = unsafe {
+                    (
+                        _mm256_loadu_si256(rows[0].as_ptr().add(32 * c).cast()),
+                        _mm256_loadu_si256(rows[1].as_ptr().add(32 * c).cast()),
+                        q.as_ptr().add(CHUNK_ELEMS * c),
+                    )
+                };
+                for (g, &shift) in shifts.iter().enumerate() {
+                    let count = _mm_cvtsi32_si128(shift as i32);
+                    // SAFETY: run g is activations 32g..32g+32 of this chunk's 128.
+                    let qv = unsafe { _mm256_loadu_si256(qp.add(32 * g).cast()) };
+                    let c0 = _mm256_and_si256(_mm256_srl_epi16(v0, count), mask);
+                    let c1 = _mm256_and_si256(_mm256_srl_epi16(v1, count), mask);
+                    lo0 = _mm256_add_epi16(lo0, _mm256_maddubs_epi16(c0, qv));
+                    lo1 = _mm256_add_epi16(lo1, _mm256_maddubs_epi16(c1, qv));
+                }
+                c += 1;
+            }
+            acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(lo0, ones));
+            acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(lo1, ones));
+        }
+        [hsum_i32(acc0), hsum_i32(acc1)]
+    }
+
     /// See [`super::tiles_2x4`], which checked the slices' lengths and the alignments.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn tiles_2x4(
@@ -586,7 +641,7 @@ mod x86 {
         let d_bits = |r: &[u8], b: usize| u16::from_le_bytes([r[66 * b + 64], r[66 * b + 65]]);
         let (mut acc, mut differ) = ([_mm256_setzero_si256(); 2], [0u16; 2]);
         for b in 0..n {
-            super::prefetch_pair_stream(rows[0], b);
+            super::prefetch_pair_stream(rows[0], 132 * b, 2);
             let blocks = [&rows[0][66 * b..66 * b + 64], &rows[1][66 * b..66 * b + 64]];
             let sums = tq2_0_block_pair(blocks, &q[256 * b..256 * b + 256]);
             for r in 0..2 {
@@ -809,6 +864,14 @@ mod tests {
                         );
                     }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
+                    // In a pair with the codes' bytes reversed (other sums, same activations).
+                    let other: Vec<u8> = chunks.iter().rev().copied().collect();
+                    let other_want = packed_dot(Simd::PORTABLE, &other, shifts, &q);
+                    assert_eq!(
+                        packed_dot_pair(level, [&chunks, &other], shifts, &q),
+                        [want, other_want],
+                        "{level} packed pair, {n_chunks} chunks"
+                    );
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");
                     // Rows: the codes and a shifted copy; six tokens (a group of four and
                     // one of two, its last token repeated): q and rotations of it; scales

@@ -248,16 +248,23 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
     pool.for_each_chunk(out, chunk, &|i, o| {
         let mut codes = [0u8; 256];
         let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
-        for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
-            let row = w.row(i * chunk + jj);
-            match w.dtype {
-                DType::I2_S => raw[0] = t::packed_dot(level, row, &t::I2_S_SHIFTS, q),
-                _ => {
-                    // TQ1_0: each block unpacked to one code per byte.
-                    for (b, r) in raw.iter_mut().enumerate() {
-                        t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
-                        *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
-                    }
+        if w.dtype == DType::I2_S {
+            // One block per row; two rows per kernel call, the odd last row alone.
+            let mut pairs = raws.chunks_exact_mut(2);
+            for (p, pair) in (&mut pairs).enumerate() {
+                let j = i * chunk + 2 * p;
+                pair.copy_from_slice(&t::packed_dot_pair(level, [w.row(j), w.row(j + 1)], &t::I2_S_SHIFTS, q));
+            }
+            if let [last] = pairs.into_remainder() {
+                *last = t::packed_dot(level, w.row(i * chunk + o.len() - 1), &t::I2_S_SHIFTS, q);
+            }
+        } else {
+            // TQ1_0: each block unpacked to one code per byte.
+            for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
+                let row = w.row(i * chunk + jj);
+                for (b, r) in raw.iter_mut().enumerate() {
+                    t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
+                    *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
                 }
             }
         }
