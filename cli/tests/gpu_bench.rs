@@ -135,6 +135,23 @@ fn the_ref_engine_has_no_counts_and_the_cpu_engine_counts_its_joins() {
     assert_eq!(j["decode"]["submits_per_token"], 0.0, "{j}");
 }
 
+#[test]
+fn the_cpu_engine_profiles_each_instruction_family_with_times_and_bytes() {
+    let model = tiny("tiny_b158_i2_s.gguf");
+    let (j, stderr) = bench_on("cpu", &[], &model, &["--profile"]);
+    assert!(!stderr.contains("no kernel"), "{stderr}");
+    assert_eq!(j["profile_timed"], true, "{j}");
+    let layers = number(&j["shape"]["n_layer"], "n_layer");
+    let profile = j["decode"]["profile"].as_array().expect("a decode profile");
+    let family = |name: &str| profile.iter().find(|k| k["family"] == name).unwrap_or_else(|| panic!("{name}: {j}"));
+    // Seven projections per layer (q, k, v, o, gate, up, down), one ATTENTION.
+    assert_eq!(number(&family("BITLINEAR I2_S")["dispatches_per_token"], "dispatches_per_token"), 7.0 * layers);
+    assert_eq!(number(&family("ATTENTION")["dispatches_per_token"], "dispatches_per_token"), layers);
+    for k in profile {
+        assert!(number(&k["ms"], "ms") >= 0.0 && number(&k["bytes"], "bytes") > 0.0, "{k}");
+    }
+}
+
 /// Mesa's Vulkan device-select layer opens a Wayland connection while wgpu enumerates
 /// adapters; without `XDG_RUNTIME_DIR`, libwayland printed
 /// `error: XDG_RUNTIME_DIR is invalid or not set in the environment.` before every answer.

@@ -4,12 +4,15 @@
 
 use std::collections::HashSet;
 
-use purebee_isa::{DispatchCounters, Engine, ExecError, Instruction, ParamValue, Program, ProgramId};
+use purebee_isa::{
+    DispatchCounters, Engine, ExecError, Instruction, KernelProfile, ParamValue, ProfileSupport, Program, ProgramId,
+};
 use purebee_memory::{DType, MemoryError, Registry, TensorId};
 
 use crate::kernels::pool::Pool;
 use crate::kernels::{Simd, SimdLevel};
 use crate::ops::{self, Caches, Exec};
+use crate::profile::Profiler;
 use crate::store::{byte_len, Store};
 
 /// How to build a [`CpuEngine`].
@@ -55,6 +58,7 @@ pub struct CpuEngine {
     caches: Caches,
     /// Programs whose registry operands were checked for alignment (once per program).
     prepared: HashSet<ProgramId>,
+    profiler: Profiler,
 }
 
 /// Logical CPUs of this machine.
@@ -97,6 +101,7 @@ impl CpuEngine {
             level,
             caches: Caches::default(),
             prepared: HashSet::new(),
+            profiler: Profiler::default(),
         })
     }
 
@@ -148,9 +153,23 @@ impl Engine for CpuEngine {
             caches: &mut self.caches,
         };
         for i in program.instructions() {
-            ops::run(&mut exec, program, i, params)?;
+            let pos = match i {
+                Instruction::Attention(a) if self.profiler.is_on() => Some(program.resolve_u32(a.pos, params)?),
+                _ => None,
+            };
+            self.profiler.run(&self.memory, i, pos, || ops::run(&mut exec, program, i, params))?;
         }
         Ok(())
+    }
+
+    /// Times every instruction on the calling thread (see `profile`).
+    fn set_profiling(&mut self, on: bool) -> ProfileSupport {
+        self.profiler.set(on);
+        ProfileSupport::Timed
+    }
+
+    fn take_profile(&mut self) -> Vec<KernelProfile> {
+        self.profiler.take()
     }
 
     fn write(&mut self, tensor: TensorId, bytes: &[u8]) -> Result<(), ExecError> {

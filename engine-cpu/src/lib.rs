@@ -16,6 +16,7 @@ mod engine;
 #[allow(unsafe_code)]
 pub mod kernels;
 mod ops;
+mod profile;
 mod store;
 
 pub use engine::{logical_cpus, physical_cores, CpuEngine, CpuError, CpuOptions};
