@@ -78,6 +78,7 @@ fn main() {
         }
     }
     prefill_tiles(level);
+    decode_attention(level);
     let k = 2560;
     for (scales, d_hi) in [("one scale per row", None), ("a scale per block", Some(0x3cu8))] {
         for rows in [256usize, 100_000] {
@@ -169,4 +170,41 @@ fn best_of(runs: usize, mut work: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// ATTENTION's decode kernels on the 2B shape (5 kv heads of 128, 4 query heads each), over
+/// 256 cache rows at a time: rows that stay in cache, and rows from memory.
+fn decode_attention(level: Simd) {
+    use purebee_engine_cpu::kernels::attention::{scores, weighted_values, Heads};
+    let heads = Heads { hd: 128, group: 4, stride: 5 * 128 };
+    let (n_head, len) = (20, 256);
+    let q: Vec<f32> = (0..n_head * heads.hd).map(|i| (i % 13) as f32 * 0.1).collect();
+    let (mut s, mut o) = (vec![0f32; n_head * len], vec![0f32; n_head * heads.hd]);
+    for rows in [len, 1 << 17] {
+        let keys: Vec<f32> = (0..rows * heads.stride).map(|i| (i % 97) as f32 * 0.01).collect();
+        let values: Vec<f32> = (0..rows * heads.stride).map(|i| (i % 91) as f32 * 0.01).collect();
+        let reps = (1 << 23) / rows + 1;
+        let part = len * heads.stride;
+        let score_secs = best_of(5, || {
+            for _ in 0..reps {
+                for k in keys.chunks_exact(part) {
+                    scores(level, heads, &q, k, 0.1, &mut s);
+                }
+            }
+        });
+        let value_secs = best_of(5, || {
+            for _ in 0..reps {
+                for v in values.chunks_exact(part) {
+                    weighted_values(level, heads, &s, len, v, &mut o);
+                }
+            }
+        });
+        let bytes = (reps * rows * heads.stride * 4) as f64;
+        println!(
+            "ATTENTION decode, {rows} cache rows: scores {:.1} GB/s, weighted values {:.1} GB/s ({})",
+            bytes / score_secs / 1e9,
+            bytes / value_secs / 1e9,
+            o[0]
+        );
+    }
 }

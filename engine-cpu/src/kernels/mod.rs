@@ -3,6 +3,7 @@
 //! `unsafe` block says why it is sound in a `// SAFETY:` comment; the code outside this
 //! module is safe Rust (`tests/tests/architecture.rs` checks both).
 
+pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod cross_check;

@@ -7,19 +7,20 @@
 //! the weights against the values as another (over the values transposed, gathered once
 //! per task). Each key and value is read once per block instead of once per row.
 //!
-//! Decode (one row): one task per kv head: the query heads that share a kv head share one pass
-//! over its keys and one over its values. One row over a long context is also split over
-//! positions (each part keeps its own maximum, sum and weighted values, merged at the end
-//! as flash-decoding does), so that every thread has work when kv heads are few: also a
-//! short context, when the kv heads alone would leave threads idle (SmolLM2's 3 kv heads
-//! on 2 threads: 3 tasks, one thread doing two of them while the other waits).
+//! Decode (one row): the positions are split into parts, each a task over every kv head
+//! (each part keeps its own maximum, sum and weighted values per head, merged at the end as
+//! flash-decoding does): a task reads whole cache rows in order, and the parts balance the
+//! threads whatever the number of kv heads (SmolLM2's 3 on 2 threads). Within a part, one
+//! pass over its key rows and one over its value rows, in place and in order
+//! (`kernels/attention.rs`): the query heads that share a kv head share each load.
 
 use purebee_isa::ops::Attention;
 use purebee_isa::ExecError;
 
 use super::kv_write::check_fits;
 use super::{f32s_mut, Exec};
-use crate::kernels::linear::{dot, dot_tile};
+use crate::kernels::attention;
+use crate::kernels::linear::dot_tile;
 use crate::kernels::math;
 use crate::kernels::Simd;
 use crate::store::dims;
@@ -43,29 +44,29 @@ struct Shape {
     level: Simd,
 }
 
-/// What one part of the positions of one (row, kv head) produced: per query head of the
-/// group, the maximum score, `Σ e^(score − max)` and `Σ e^(score − max) · v`.
+/// What one part of the positions of one query row produced: per query head, the maximum
+/// score, `Σ e^(score − max)` and `Σ e^(score − max) · v`.
 struct Part {
     max: Vec<f32>,
     sum: Vec<f32>,
     acc: Vec<f32>,
 }
 
-/// Attends the `group` query heads in `q` (`[group · hd]`) of kv head `kvh` over cache
-/// positions `t0..t1`.
-fn attend(s: Shape, q: &[f32], k: &[f32], v: &[f32], kvh: usize, t0: usize, t1: usize) -> Part {
-    let (hd, g) = (s.hd, s.group);
-    let len = t1 - t0;
-    let mut scores = vec![0f32; g * len]; // [g, len]
-    for t in t0..t1 {
-        let kt = &k[t * s.kv_width + kvh * hd..][..hd];
-        for h in 0..g {
-            scores[h * len + t - t0] = dot(s.level, &q[h * hd..(h + 1) * hd], kt) * s.scale;
-        }
+/// Attends every query head of one row `q` (`[n_head · hd]`) over cache positions `t0..t1`,
+/// reading the cache rows in place, in order.
+fn attend(s: Shape, q: &[f32], (k, v): (&[f32], &[f32]), t0: usize, t1: usize) -> Part {
+    let hd = s.hd;
+    let n_head = q.len() / hd;
+    let len = t1.saturating_sub(t0);
+    let mut part = Part { max: vec![f32::NEG_INFINITY; n_head], sum: vec![0.0; n_head], acc: vec![0.0; n_head * hd] };
+    if len == 0 {
+        return part;
     }
-    let mut part = Part { max: vec![f32::NEG_INFINITY; g], sum: vec![0.0; g], acc: vec![0.0; g * hd] };
-    for h in 0..g {
-        let row = &mut scores[h * len..(h + 1) * len];
+    let heads = attention::Heads { hd, group: s.group, stride: s.kv_width };
+    let rows = t0 * s.kv_width..t1 * s.kv_width;
+    let mut weights = vec![0f32; n_head * len]; // [n_head, len]
+    attention::scores(s.level, heads, q, &k[rows.clone()], s.scale, &mut weights);
+    for (h, row) in weights.chunks_exact_mut(len).enumerate() {
         let max = max_of(row.iter().copied());
         let mut sum = 0f32;
         for x in row.iter_mut() {
@@ -75,15 +76,7 @@ fn attend(s: Shape, q: &[f32], k: &[f32], v: &[f32], kvh: usize, t0: usize, t1: 
         part.max[h] = max;
         part.sum[h] = sum;
     }
-    for t in t0..t1 {
-        let vt = &v[t * s.kv_width + kvh * hd..][..hd];
-        for h in 0..g {
-            let wt = scores[h * len + t - t0];
-            for (a, &x) in part.acc[h * hd..(h + 1) * hd].iter_mut().zip(vt) {
-                *a += wt * x;
-            }
-        }
-    }
+    attention::weighted_values(s.level, heads, &weights, len, &v[rows], &mut part.acc);
     part
 }
 
@@ -146,7 +139,7 @@ fn attend_rows(s: Shape, (q, k, v): (&[f32], &[f32], &[f32]), n_kv: usize, pos: 
     }
 }
 
-/// Merges parts of one (row, kv head) into `out` (`[group · hd]`).
+/// Merges the parts of one row into `out` (`[n_head · hd]`).
 fn merge(parts: &[Part], hd: usize, out: &mut [f32]) {
     for (h, o) in out.chunks_exact_mut(hd.max(1)).enumerate() {
         let max = max_of(parts.iter().map(|p| p.max[h]));
@@ -184,35 +177,24 @@ pub(crate) fn run(e: &mut Exec, a: &Attention, pos: u32) -> Result<(), ExecError
         let k = store.f32s(reg, OP, a.k_cache)?;
         let v = store.f32s(reg, OP, a.v_cache)?;
         let out = f32s_mut(words, n * q_width);
-        let positions = pos as usize + 1;
-        // Two tasks per thread at least, in parts of MIN_PART positions or more.
-        let for_threads = (2 * pool.threads()).div_ceil(n_kv.max(1)).min(positions.div_ceil(MIN_PART));
-        let splits = positions.div_ceil(SPLIT_POSITIONS).max(for_threads);
-        if n == 1 && splits > 1 && n_kv < 2 * pool.threads() {
-            // One row, long context: (kv head, part) tasks, then a merge per kv head.
+        if n == 1 {
+            // Parts of the positions, each over every kv head (so each reads whole cache rows,
+            // in order): two per thread when every part gets MIN_PART positions, more when
+            // the context is long.
+            let positions = pos as usize + 1;
+            let for_threads = (2 * pool.threads()).min(positions.div_ceil(MIN_PART));
+            let splits = positions.div_ceil(SPLIT_POSITIONS).max(for_threads).max(1);
             let per = positions.div_ceil(splits);
-            let mut parts: Vec<Option<Part>> = (0..n_kv * splits).map(|_| None).collect();
+            let mut parts: Vec<Option<Part>> = (0..splits).map(|_| None).collect();
             pool.for_each_chunk(&mut parts, 1, &|i, p| {
-                let (kvh, s) = (i / splits, i % splits);
-                let (t0, t1) = (s * per, ((s + 1) * per).min(positions));
-                let qh = &q[kvh * group * hd..(kvh + 1) * group * hd];
-                p[0] = Some(attend(shape, qh, k, v, kvh, t0, t1.max(t0)));
+                let (t0, t1) = ((i * per).min(positions), ((i + 1) * per).min(positions));
+                p[0] = Some(attend(shape, q, (k, v), t0, t1));
             });
-            for (kvh, o) in out.chunks_exact_mut(group * hd).enumerate() {
-                let mine: Vec<Part> =
-                    parts[kvh * splits..(kvh + 1) * splits].iter_mut().filter_map(Option::take).collect();
-                merge(&mine, hd, o);
-            }
-        } else if n > 1 {
+            let parts: Vec<Part> = parts.into_iter().flatten().collect();
+            merge(&parts, hd, out);
+        } else {
             pool.for_each_chunk(out, ROW_BLOCK * q_width, &|i, o| {
                 attend_rows(shape, (q, k, v), n_kv, pos as usize, i * ROW_BLOCK, o);
-            });
-        } else {
-            pool.for_each_chunk(out, group * hd, &|i, o| {
-                let (r, kvh) = (i / n_kv, i % n_kv);
-                let qh = &q[r * q_width + kvh * group * hd..][..group * hd];
-                let part = attend(shape, qh, k, v, kvh, 0, pos as usize + r + 1);
-                merge(std::slice::from_ref(&part), hd, o);
             });
         }
         Ok(())
