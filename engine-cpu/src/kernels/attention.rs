@@ -13,9 +13,9 @@
 //! Sums are in f32 (the ISA allows f32 or wider, in any order): a key product in lanes of 8
 //! added at the end, a value sum row after row; the portable path sums the same way.
 
-use super::Simd;
 #[cfg(target_arch = "x86_64")]
 use super::SimdLevel;
+use super::{math, Simd};
 
 /// The shapes both kernels take: `hd` floats per head, `group` query heads per kv head, and
 /// cache rows `stride` floats apart.
@@ -86,6 +86,49 @@ pub fn weighted_values(level: Simd, heads: Heads, w: &[f32], len: usize, values:
     }
 }
 
+/// Softmax numerators of one row in place, `x_i ← e^(x_i − max)` with the value of
+/// `math::exp` for each element, and their sum in 8 lanes (added at the end).
+pub fn exp_shifted(level: Simd, row: &mut [f32], max: f32) -> f32 {
+    match level.get() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `scores`.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::exp_shifted(row, max) },
+        _ => exp_shifted_lanes(row, max),
+    }
+}
+
+/// [`exp_shifted`] as loops the compiler vectorizes, 64 elements at a time: the
+/// exponential's in-range path for every element, then the elements outside it (below
+/// −87, or NaN) redone one by one (`x − max ≤ 0`, so none is above it).
+#[inline(always)]
+fn exp_shifted_lanes(row: &mut [f32], max: f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut shifted = [0f32; 64];
+    for chunk in row.chunks_mut(64) {
+        let shifted = &mut shifted[..chunk.len()];
+        for (d, x) in shifted.iter_mut().zip(chunk.iter_mut()) {
+            *d = *x - max;
+            *x = math::exp_in_range(d.max(-87.0));
+        }
+        // (A separate loop: a branch in the one above would keep it scalar.)
+        for (&d, x) in shifted.iter().zip(chunk.iter_mut()) {
+            if d <= -87.0 || d.is_nan() {
+                *x = math::exp(d);
+            }
+        }
+        let mut eights = chunk.chunks_exact(8);
+        for e in &mut eights {
+            for l in 0..8 {
+                lanes[l] += e[l];
+            }
+        }
+        for (l, &e) in eights.remainder().iter().enumerate() {
+            lanes[l] += e;
+        }
+    }
+    lanes.iter().sum()
+}
+
 /// `Σ a_i · b_i` in 8 lanes, added at the end.
 fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
@@ -104,6 +147,12 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Heads;
+
+    /// See `attention::exp_shifted`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn exp_shifted(row: &mut [f32], max: f32) -> f32 {
+        super::exp_shifted_lanes(row, max)
+    }
 
     /// The sum of the eight lanes.
     #[target_feature(enable = "avx2,fma")]
@@ -211,6 +260,30 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every element is `math::exp(x − max)`, bit for bit, on every level: in range, below
+    /// −87 (subnormal and zero results), NaN, and rows of every length up to past a chunk.
+    #[test]
+    fn exp_shifted_is_the_scalar_exponential_on_every_level() {
+        let mut x: Vec<f32> = (0..150).map(|i| -(i as f32) * 0.731).collect();
+        x.extend([-86.99, -87.0, -87.01, -100.0, -104.0, -1e30, f32::NEG_INFINITY, 0.0, -0.0, -1e-40]);
+        for len in [0, 1, 7, 8, 63, 64, 65, x.len()] {
+            let row = &x[..len];
+            let want: Vec<f32> = row.iter().map(|&v| math::exp(v - 0.0)).collect();
+            for level in Simd::all_supported() {
+                let mut got = row.to_vec();
+                let sum = exp_shifted(level, &mut got, 0.0);
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(g.to_bits() == w.to_bits(), "{level}: {g} vs {w}");
+                }
+                let exact: f64 = want.iter().map(|&v| v as f64).sum();
+                assert!((sum as f64 - exact).abs() <= 1e-5 * exact.max(1.0), "{level} sum {sum} vs {exact}");
+            }
+        }
+        // NaN in, NaN out.
+        let mut row = [f32::NAN, -1.0];
+        assert!(exp_shifted(Simd::PORTABLE, &mut row, f32::NAN).is_nan() && row[1].is_nan());
+    }
 
     /// Every level against f64 sums, for group sizes and head sizes that leave partial
     /// blocks (3 and 5 heads per kv head, 13 and 40 dimensions), odd row counts, and rows

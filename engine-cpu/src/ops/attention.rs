@@ -68,13 +68,8 @@ fn attend(s: Shape, q: &[f32], (k, v): (&[f32], &[f32]), t0: usize, t1: usize) -
     attention::scores(s.level, heads, q, &k[rows.clone()], s.scale, &mut weights);
     for (h, row) in weights.chunks_exact_mut(len).enumerate() {
         let max = max_of(row.iter().copied());
-        let mut sum = 0f32;
-        for x in row.iter_mut() {
-            *x = math::exp(*x - max);
-            sum += *x;
-        }
         part.max[h] = max;
-        part.sum[h] = sum;
+        part.sum[h] = attention::exp_shifted(s.level, row, max);
     }
     attention::weighted_values(s.level, heads, &weights, len, &v[rows], &mut part.acc);
     part
