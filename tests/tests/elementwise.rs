@@ -57,75 +57,91 @@ fn check<E: Engine>(
     op: Op,
     a: &[f32],
     b: &[f32],
-    in_place: bool,
+    place: Place,
     (tol_abs, tol_rel): (f32, f32),
 ) -> Result<(), String> {
     let n = a.len();
     let inputs = [("a", input(n, a.to_vec())), ("b", input(n, b.to_vec()))];
     let (got, reference) = pair.run(&inputs, &[], |bld: &mut ProgramBuilder, name, ids| {
-        let out = if in_place { ids[0] } else { bld.alloc(&name("out"), DType::F32, &[n])? };
+        let (x, y) = (ids[0], if place == Place::AllOne { ids[0] } else { ids[1] });
+        let out = match (place, op) {
+            (Place::Apart, _) => bld.alloc(&name("out"), DType::F32, &[n])?,
+            (Place::IntoB, Op::Add | Op::Mul) => y,
+            _ => x,
+        };
         match op {
-            Op::Add => bld.add(out, ids[0], ids[1])?,
-            Op::Mul => bld.mul(out, ids[0], ids[1])?,
-            Op::Silu => bld.silu(out, ids[0])?,
-            Op::Relu2 => bld.relu2(out, ids[0])?,
-            Op::Gelu => bld.gelu(out, ids[0])?,
+            Op::Add => bld.add(out, x, y)?,
+            Op::Mul => bld.mul(out, x, y)?,
+            Op::Silu => bld.silu(out, x)?,
+            Op::Relu2 => bld.relu2(out, x)?,
+            Op::Gelu => bld.gelu(out, x)?,
         }
-        Ok(if in_place { vec![ids[0]] } else { vec![out, ids[0]] })
+        Ok(if out == x { vec![x] } else { vec![out, x] })
     });
-    let what = format!("{} engine: {op:?} n={n} in_place={in_place}", pair.engine.name());
+    let what = format!("{} engine: {op:?} n={n} {place:?}", pair.engine.name());
     assert_close(&f32s(&got[0]), &f32s(&reference[0]), tol_abs, tol_rel, &what)
 }
 
+/// Where the output goes: a tensor of its own, or one of the inputs (IntoB and AllOne only
+/// differ from IntoA for the binary ops; AllOne also passes `a` as both inputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Apart,
+    IntoA,
+    IntoB,
+    AllOne,
+}
+
 /// `op` on the GPU engine.
-fn check_gpu(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String> {
-    check(&mut pair(), op, &a, &b, in_place, gpu_tolerance(op))
+fn check_gpu(op: Op, a: Vec<f32>, b: Vec<f32>, place: Place) -> Result<(), String> {
+    check(&mut pair(), op, &a, &b, place, gpu_tolerance(op))
 }
 
 /// `op` on the CPU engine, every SIMD path.
-fn check_cpu(op: Op, a: Vec<f32>, b: Vec<f32>, in_place: bool) -> Result<(), String> {
-    on_cpu_levels(|p| check(p, op, &a, &b, in_place, cpu_tolerance(op)))
+fn check_cpu(op: Op, a: Vec<f32>, b: Vec<f32>, place: Place) -> Result<(), String> {
+    on_cpu_levels(|p| check(p, op, &a, &b, place, cpu_tolerance(op)))
 }
 
 fn values(n: usize) -> impl Strategy<Value = Vec<f32>> {
     prop::collection::vec(-8.0f32..8.0, n)
 }
 
-fn case() -> impl Strategy<Value = (Vec<f32>, Vec<f32>, bool)> {
-    (1usize..3000).prop_flat_map(|n| (values(n), values(n), any::<bool>()))
+fn case() -> impl Strategy<Value = (Vec<f32>, Vec<f32>, Place)> {
+    let place = prop_oneof![Just(Place::Apart), Just(Place::IntoA), Just(Place::IntoB), Just(Place::AllOne)];
+    (1usize..3000).prop_flat_map(move |n| (values(n), values(n), place.clone()))
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn add_matches_the_reference((a, b, in_place) in case()) {
+    fn add_matches_the_reference((a, b, place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_gpu(Op::Add, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Add, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn mul_matches_the_reference((a, b, in_place) in case()) {
+    fn mul_matches_the_reference((a, b, place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_gpu(Op::Mul, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Mul, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn silu_matches_the_reference((a, b, in_place) in case()) {
+    fn silu_matches_the_reference((a, b, place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_gpu(Op::Silu, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Silu, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn relu2_matches_the_reference((a, b, in_place) in case()) {
+    fn relu2_matches_the_reference((a, b, place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_gpu(Op::Relu2, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Relu2, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn gelu_matches_the_reference((a, b, in_place) in case()) {
+    fn gelu_matches_the_reference((a, b, place) in case()) {
         if gpu_tests_skipped() { return Ok(()); }
-        check_gpu(Op::Gelu, a, b, in_place).map_err(TestCaseError::fail)?;
+        check_gpu(Op::Gelu, a, b, place).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -133,28 +149,28 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn cpu_add_matches_the_reference((a, b, in_place) in case()) {
-        check_cpu(Op::Add, a, b, in_place).map_err(TestCaseError::fail)?;
+    fn cpu_add_matches_the_reference((a, b, place) in case()) {
+        check_cpu(Op::Add, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn cpu_mul_matches_the_reference((a, b, in_place) in case()) {
-        check_cpu(Op::Mul, a, b, in_place).map_err(TestCaseError::fail)?;
+    fn cpu_mul_matches_the_reference((a, b, place) in case()) {
+        check_cpu(Op::Mul, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn cpu_silu_matches_the_reference((a, b, in_place) in case()) {
-        check_cpu(Op::Silu, a, b, in_place).map_err(TestCaseError::fail)?;
+    fn cpu_silu_matches_the_reference((a, b, place) in case()) {
+        check_cpu(Op::Silu, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn cpu_relu2_matches_the_reference((a, b, in_place) in case()) {
-        check_cpu(Op::Relu2, a, b, in_place).map_err(TestCaseError::fail)?;
+    fn cpu_relu2_matches_the_reference((a, b, place) in case()) {
+        check_cpu(Op::Relu2, a, b, place).map_err(TestCaseError::fail)?;
     }
 
     #[test]
-    fn cpu_gelu_matches_the_reference((a, b, in_place) in case()) {
-        check_cpu(Op::Gelu, a, b, in_place).map_err(TestCaseError::fail)?;
+    fn cpu_gelu_matches_the_reference((a, b, place) in case()) {
+        check_cpu(Op::Gelu, a, b, place).map_err(TestCaseError::fail)?;
     }
 }
 
@@ -195,7 +211,7 @@ fn cpu_silu_and_gelu_over_a_dense_grid_and_special_values() {
     x.extend([f32::NAN, -87.5, -87.0, -86.99, 87.99, 88.0, 88.5, -104.0, -150.0]);
     let zeros = vec![0.0; x.len()];
     for op in [Op::Silu, Op::Gelu, Op::Relu2] {
-        check_cpu(op, x.clone(), zeros.clone(), false).unwrap_or_else(|e| panic!("{e}"));
+        check_cpu(op, x.clone(), zeros.clone(), Place::Apart).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -207,8 +223,8 @@ fn cpu_vectors_spread_over_the_pool() {
     let a: Vec<f32> = (0..n).map(|i| ((i * 7919 % 20011) as f32 - 10005.0) * 1e-3).collect();
     let b: Vec<f32> = (0..n).map(|i| ((i * 104729 % 30011) as f32 - 15005.0) * 7e-4).collect();
     for op in [Op::Add, Op::Mul, Op::Silu, Op::Relu2, Op::Gelu] {
-        for in_place in [false, true] {
-            check_cpu(op, a.clone(), b.clone(), in_place).unwrap_or_else(|e| panic!("{e}"));
+        for place in [Place::Apart, Place::IntoA, Place::IntoB, Place::AllOne] {
+            check_cpu(op, a.clone(), b.clone(), place).unwrap_or_else(|e| panic!("{e}"));
         }
     }
 }

@@ -30,8 +30,11 @@ pub(crate) fn exp_in_range(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5; // Cephes: 5.0000001e-1, which rounds to 0.5 in f32
     let y = p * r * r + r + 1.0;
-    // n ∈ [−126, 127] here, so 2^n is a normal f32.
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // n ∈ [−126, 127] here, so 2^n is a normal f32: its exponent field is n + 127, which
+    // adding 2^23 + 127 leaves in the low mantissa bits (exactly: an integer below 2^24), and
+    // the shift moves there. (`n as i32` would be the same value, but Rust's saturating
+    // conversion keeps the loops that call this from vectorizing.)
+    y * f32::from_bits((n + 8_388_735.0).to_bits() << 23)
 }
 
 #[cfg(test)]

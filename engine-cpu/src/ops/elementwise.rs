@@ -11,19 +11,33 @@ use super::{f32s_mut, input, maybe_aliased, Exec};
 /// thread; a prefill's (tokens × width) are spread over the pool.
 const CHUNK: usize = 1 << 15;
 
-/// `out_i = f(a_i, b_i)`; `out` may be `a` or `b`.
-pub(crate) fn binary(e: &mut Exec, op: &'static str, i: &Binary, f: fn(f32, f32) -> f32) -> Result<(), ExecError> {
-    let a_copy = maybe_aliased(e, op, i.a, i.out)?;
-    let b_copy = maybe_aliased(e, op, i.b, i.out)?;
+/// `out_i = f(a_i, b_i)`; `out` may be `a` or `b`, whose values are then read from `out`
+/// itself (each element before it is written). `f` is inlined, so the loops vectorize.
+pub(crate) fn binary(
+    e: &mut Exec,
+    op: &'static str,
+    i: &Binary,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Result<(), ExecError> {
+    // The inputs are checked first, as the reference reads them.
+    let len = e.store.f32s(e.reg, op, i.a)?.len();
+    e.store.f32s(e.reg, op, i.b)?;
     let (reg, pool) = (e.reg, e.pool);
     e.store.with_output(reg, op, i.out, |store, words| {
-        let a = input(store, reg, op, i.a, &a_copy)?;
-        let b = input(store, reg, op, i.b, &b_copy)?;
-        let out = f32s_mut(words, a.len());
+        let a = if i.a == i.out { None } else { Some(store.f32s(reg, op, i.a)?) };
+        let b = if i.b == i.out { None } else { Some(store.f32s(reg, op, i.b)?) };
+        let out = f32s_mut(words, len);
         pool.for_each_chunk(out, CHUNK, &|c, o| {
             let at = c * CHUNK..c * CHUNK + o.len();
-            for ((o, &x), &y) in o.iter_mut().zip(&a[at.clone()]).zip(&b[at]) {
-                *o = f(x, y);
+            match (a, b) {
+                (Some(a), Some(b)) => {
+                    for ((o, &x), &y) in o.iter_mut().zip(&a[at.clone()]).zip(&b[at]) {
+                        *o = f(x, y);
+                    }
+                }
+                (None, Some(b)) => o.iter_mut().zip(&b[at]).for_each(|(o, &y)| *o = f(*o, y)),
+                (Some(a), None) => o.iter_mut().zip(&a[at]).for_each(|(o, &x)| *o = f(x, *o)),
+                (None, None) => o.iter_mut().for_each(|o| *o = f(*o, *o)),
             }
         });
         Ok(())
@@ -48,8 +62,8 @@ pub(crate) fn unary(
     })
 }
 
-/// `out_i = f(x_i)`.
-pub(crate) fn map(x: &[f32], out: &mut [f32], f: fn(f32) -> f32) {
+/// `out_i = f(x_i)` (`f` inlined).
+pub(crate) fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = f(v);
     }
