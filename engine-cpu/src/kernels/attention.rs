@@ -11,7 +11,7 @@
 //!   each value chunk is loaded once for the heads that share it.
 //!
 //! Sums are in f32 (the ISA allows f32 or wider, in any order): a key product in lanes of 8
-//! added at the end, a value sum row after row; the portable path sums the same way.
+//! added at the end (the portable path: `linear::dot`), a value sum row after row.
 
 #[cfg(target_arch = "x86_64")]
 use super::SimdLevel;
@@ -54,7 +54,7 @@ pub fn scores(level: Simd, heads: Heads, q: &[f32], keys: &[f32], scale: f32, ou
             for j in 0..len {
                 for (h, qh) in q.chunks_exact(hd).enumerate() {
                     let key = &keys[j * heads.stride + h / heads.group * hd..][..hd];
-                    out[h * len + j] = scale * dot_lanes(qh, key);
+                    out[h * len + j] = scale * super::linear::dot(level, qh, key);
                 }
             }
         }
@@ -127,19 +127,6 @@ fn exp_shifted_lanes(row: &mut [f32], max: f32) -> f32 {
         }
     }
     lanes.iter().sum()
-}
-
-/// `Σ a_i · b_i` in 8 lanes, added at the end.
-fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(&x, &y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(target_arch = "x86_64")]
