@@ -167,6 +167,7 @@ const PAIR_STREAM_AHEAD: usize = 2048;
 /// The scale of a row that a pair kernel may sum with the integer shortcut: its first and
 /// last blocks' `d` bits when they agree and the row has 1 to `MAX_UNIFORM_BLOCKS` blocks
 /// (the kernel checks the blocks between on the way).
+#[cfg(target_arch = "x86_64")]
 pub(super) fn pair_row_scale(row: &[u8], blocks: usize) -> Option<u16> {
     let d_bits = |b: usize| u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]);
     (blocks > 0 && blocks <= MAX_UNIFORM_BLOCKS && d_bits(0) == d_bits(blocks - 1)).then(|| d_bits(0))
@@ -175,6 +176,7 @@ pub(super) fn pair_row_scale(row: &[u8], blocks: usize) -> Option<u16> {
 /// A pair kernel's result for one row summed as if every block had scale `d0`: `None` when
 /// the shortcut does not hold (`differ` ≠ 0: some block's scale is not `d0`), and the row
 /// must be summed the long way.
+#[cfg(target_arch = "x86_64")]
 pub(super) fn pair_row_finish(d0: u16, differ: u16, blocks: usize, raw: i64, qsums: &[i32]) -> Option<f64> {
     let total = raw - qsums.iter().map(|&v| v as i64).sum::<i64>();
     shared_scale(d0, blocks).filter(|_| differ == 0 && total != 0).map(|d| d * total as f64)
@@ -211,7 +213,7 @@ pub(super) fn shared_scale(d: u16, blocks: usize) -> Option<f64> {
 }
 
 /// Blocks of 256 elements whose raw integer sums stay below 2³¹ in total.
-pub(super) const MAX_UNIFORM_BLOCKS: usize = 8192;
+const MAX_UNIFORM_BLOCKS: usize = 8192;
 
 /// The running sums of a 2-row × 4-token tile (lane `4r + t`: row `r`, token `t`), carried
 /// from one panel of elements to the next by [`tiles_2x4`].
