@@ -153,7 +153,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 /// 192, still a u8) by the activations, so run g's lanes hold `4^g` times its sums, which an
 /// arithmetic shift by `2g` undoes exactly. A lane gains at most 4 · 192 · 128 = 98 304 per
 /// chunk: below 2³¹ over `MAX_UNIFORM_BLOCKS` blocks of two chunks, the longest row this
-/// kernel sums (`pair_row_scale`). (A 64-byte form, a block's two chunks in one register
+/// kernel sums (`ternary::pair_row_scale`). (A 64-byte form, a block's two chunks in one register
 /// and the activations of run g of both in another, ran 10 % faster alone on one thread
 /// but 3–16 % slower in the 2-thread 2B decode on Zen 4, as the one-row 64-byte form did.)
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

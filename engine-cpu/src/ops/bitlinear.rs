@@ -230,17 +230,12 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
             // overlap instead of each waiting behind the next row's kernel call.
             let mut sums = [0f64; 64];
             for (c, ys) in o.chunks_mut(sums.len()).enumerate() {
-                let first = i * chunk + 64 * c;
-                // Two rows per kernel call (each activation load serves both), the odd last
-                // row alone.
-                let mut pairs = sums[..ys.len()].chunks_exact_mut(2);
-                for (p, pair) in (&mut pairs).enumerate() {
-                    let j = first + 2 * p;
-                    pair.copy_from_slice(&t::tq2_0_row_pair_sum(level, [w.row(j), w.row(j + 1)], q, &qsums));
-                }
-                if let [last] = pairs.into_remainder() {
-                    *last = t::tq2_0_row_sum(level, w.row(first + ys.len() - 1), q, &qsums);
-                }
+                in_row_pairs(
+                    &mut sums[..ys.len()],
+                    i * chunk + 64 * c,
+                    |j| t::tq2_0_row_pair_sum(level, [w.row(j), w.row(j + 1)], q, &qsums),
+                    |j| t::tq2_0_row_sum(level, w.row(j), q, &qsums),
+                );
                 for (y, &sum) in ys.iter_mut().zip(&sums) {
                     *y = ((sum / s) * out_scale) as f32;
                 }
@@ -252,15 +247,13 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
         let mut codes = [0u8; 256];
         let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
         if w.dtype == DType::I2_S {
-            // One block per row; two rows per kernel call, the odd last row alone.
-            let mut pairs = raws.chunks_exact_mut(2);
-            for (p, pair) in (&mut pairs).enumerate() {
-                let j = i * chunk + 2 * p;
-                pair.copy_from_slice(&t::packed_dot_pair(level, [w.row(j), w.row(j + 1)], &t::I2_S_SHIFTS, q));
-            }
-            if let [last] = pairs.into_remainder() {
-                *last = t::packed_dot(level, w.row(i * chunk + o.len() - 1), &t::I2_S_SHIFTS, q);
-            }
+            // One block per row.
+            in_row_pairs(
+                &mut raws,
+                i * chunk,
+                |j| t::packed_dot_pair(level, [w.row(j), w.row(j + 1)], &t::I2_S_SHIFTS, q),
+                |j| t::packed_dot(level, w.row(j), &t::I2_S_SHIFTS, q),
+            );
         } else {
             // TQ1_0: each block unpacked to one code per byte.
             for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
@@ -273,6 +266,19 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
         }
         w.finish_rows(i * chunk, &qsums, s, out_scale, &raws, o);
     });
+}
+
+/// `out[jj]` for rows `first + jj`: two rows per `pair(j)` call (rows `j`, `j + 1`: the decode
+/// kernels load each activation once for both), the odd last row through `one(j)`.
+fn in_row_pairs<T: Copy>(out: &mut [T], first: usize, pair: impl Fn(usize) -> [T; 2], one: impl Fn(usize) -> T) {
+    let last_row = first + out.len().saturating_sub(1);
+    let mut pairs = out.chunks_exact_mut(2);
+    for (p, two) in (&mut pairs).enumerate() {
+        two.copy_from_slice(&pair(first + 2 * p));
+    }
+    if let [last] = pairs.into_remainder() {
+        *last = one(last_row);
+    }
 }
 
 /// Row `j` unpacked to one code per byte.
