@@ -15,7 +15,7 @@
 //! JSON output adds every repetition's raw numbers. The KV cache holds `-c` positions
 //! (default: exactly `p + n`).
 //!
-//! For an engine that dispatches kernels ([`Engine::counters`]: the GPU engine), each phase
+//! For an engine that dispatches kernels ([`Engine::counters`]: the GPU and CPU engines), each phase
 //! also reports `dispatches_per_token` and `submits_per_token` over the timed repetitions
 //! (a prefill's counts are divided by its `-p` tokens; they include the setup and teardown
 //! of its tensors and the read-back). `--profile` then runs one more repetition with the
@@ -75,8 +75,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
     /// After the timed repetitions, one more with the engine's per-kernel profile: time,
-    /// bytes read and GB/s per kernel family (GPU engine; times where the adapter has
-    /// timestamp queries).
+    /// bytes read and GB/s per kernel family (GPU engine: times where the adapter has
+    /// timestamp queries; CPU engine: wall time per instruction family).
     #[arg(long)]
     pub profile: bool,
 }
