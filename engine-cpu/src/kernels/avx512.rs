@@ -82,9 +82,17 @@ pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
     sum_runs(acc)
 }
 
-/// See `ternary::packed_dot_pair`: [`packed_dot`]'s loop over both rows.
+/// See `ternary::packed_dot_rows`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
+pub(super) fn packed_dot_rows(rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
+    let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
+    ternary::in_row_pairs(out, |i| packed_dot_pair([row(i), row(i + 1)], shifts, q), |i| packed_dot(row(i), shifts, q));
+}
+
+/// Two rows of `packed_dot_rows`: [`packed_dot`]'s loop over both rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
     let n = (rows[0].len().min(rows[1].len()) / 32).min(q.len() / CHUNK_ELEMS);
     let sh = shift_counts(shifts);
     let (mut acc0, mut acc1) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
@@ -148,7 +156,14 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     y
 }
 
-/// See `ternary::tq2_0_row_pair_sum`. The codes stay in place: run g is masked with
+/// See `ternary::tq2_0_rows_sum`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
+    let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
+    ternary::in_row_pairs(out, |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums), |i| tq2_0_row_sum(row(i), q, qsums));
+}
+
+/// Two rows of `tq2_0_rows_sum` (the pair kernel). The codes stay in place: run g is masked with
 /// `3 << 2g` instead of shifted down and masked, and `vpdpbusd` multiplies `4^g · c` (at most
 /// 192, still a u8) by the activations, so run g's lanes hold `4^g` times its sums, which an
 /// arithmetic shift by `2g` undoes exactly. A lane gains at most 4 · 192 · 128 = 98 304 per
@@ -157,7 +172,8 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 /// and the activations of run g of both in another, ran 10 % faster alone on one thread
 /// but 3–16 % slower in the 2-thread 2B decode on Zen 4, as the one-row 64-byte form did.)
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
+#[inline]
+fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
     let n = qsums.len();
     assert!(rows.iter().all(|r| r.len() >= 66 * n) && q.len() >= 256 * n, "tq2_0_row_pair_sum: short row");
     let (Some(d0), Some(d1)) = (ternary::pair_row_scale(rows[0], n), ternary::pair_row_scale(rows[1], n)) else {

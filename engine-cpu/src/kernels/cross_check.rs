@@ -38,10 +38,10 @@ pub enum Kernel {
     Tq2_0RowSum = 4,
     /// `ternary::tiles_2x4`.
     Tiles2x4 = 5,
-    /// `ternary::tq2_0_row_pair_sum`.
-    Tq2_0RowPairSum = 6,
-    /// `ternary::packed_dot_pair`, on both run orders.
-    PackedDotPair = 7,
+    /// `ternary::tq2_0_rows_sum` (three rows: a pair and one alone).
+    Tq2_0RowsSum = 6,
+    /// `ternary::packed_dot_rows`, on both run orders (three rows).
+    PackedDotRows = 7,
 }
 
 impl Kernel {
@@ -53,8 +53,8 @@ impl Kernel {
             Kernel::CodesDot,
             Kernel::Tq2_0RowSum,
             Kernel::Tiles2x4,
-            Kernel::Tq2_0RowPairSum,
-            Kernel::PackedDotPair,
+            Kernel::Tq2_0RowsSum,
+            Kernel::PackedDotRows,
         ]
         .into_iter()
         .find(|&k| k as u32 == n)
@@ -93,17 +93,21 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
         rng.fill_bytes(&mut chunks[..32 * n]);
         rng.fill_activations(&mut q[..128 * n]);
         let (chunks, q) = (&chunks[..32 * n], &q[..128 * n]);
-        let mut second = [0u8; 32 * MAX_CHUNKS];
-        rng.fill_bytes(&mut second[..32 * n]);
-        let second = &second[..32 * n];
+        // Three rows for the rows kernels: `chunks`, then two of other codes.
+        let mut three = [0u8; 3 * 32 * MAX_CHUNKS];
+        three[..32 * n].copy_from_slice(chunks);
+        rng.fill_bytes(&mut three[32 * n..96 * n]);
+        let three = &three[..96 * n];
         for (shifts, kernel) in [(&TQ2_0_SHIFTS, Kernel::PackedDotTq2_0), (&I2_S_SHIFTS, Kernel::PackedDotI2S)] {
             let want = ternary::packed_dot(Simd::PORTABLE, chunks, shifts, q);
             if ternary::packed_dot(level, chunks, shifts, q) != want {
                 return fail(kernel);
             }
-            let want = [want, ternary::packed_dot(Simd::PORTABLE, second, shifts, q)];
-            if ternary::packed_dot_pair(level, [chunks, second], shifts, q) != want {
-                return fail(Kernel::PackedDotPair);
+            let want = [0, 1, 2].map(|r| ternary::packed_dot(Simd::PORTABLE, &three[32 * n * r..32 * n * (r + 1)], shifts, q));
+            let mut got = [0i32; 3];
+            ternary::packed_dot_rows(level, three, 32 * n, shifts, q, &mut got);
+            if got != want {
+                return fail(Kernel::PackedDotRows);
             }
         }
         // Codes one per byte, any length.
@@ -116,9 +120,9 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
             return fail(Kernel::CodesDot);
         }
         // TQ2_0 rows: one scale for every block (the integer shortcut), or a few.
-        // Two of them, for the pair kernel.
+        // Three of them, for the rows kernel (a pair, then one alone).
         let blocks = 1 + rng.below(MAX_BLOCKS);
-        let mut rows = [[0u8; 66 * MAX_BLOCKS]; 2];
+        let mut rows = [[0u8; 66 * MAX_BLOCKS]; 3];
         let mut qb = [0i8; 256 * MAX_BLOCKS];
         let mut qsums = [0i32; MAX_BLOCKS];
         rng.fill_activations(&mut qb[..256 * blocks]);
@@ -135,16 +139,21 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
                 row[66 * b + 64..66 * b + 66].copy_from_slice(&d.to_le_bytes());
             }
         }
-        let rows = [&rows[0][..66 * blocks], &rows[1][..66 * blocks]];
+        let mut run = [0u8; 3 * 66 * MAX_BLOCKS];
+        for (r, row) in rows.iter().enumerate() {
+            run[66 * blocks * r..66 * blocks * (r + 1)].copy_from_slice(&row[..66 * blocks]);
+        }
+        let rows = [0, 1, 2].map(|r| &run[66 * blocks * r..66 * blocks * (r + 1)]);
         let (qb, qsums) = (&qb[..256 * blocks], &qsums[..blocks]);
         let same = |got: f64, want: f64| got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
         let want = rows.map(|row| ternary::tq2_0_row_sum(Simd::PORTABLE, row, qb, qsums));
         if !same(ternary::tq2_0_row_sum(level, rows[0], qb, qsums), want[0]) {
             return fail(Kernel::Tq2_0RowSum);
         }
-        let pair = ternary::tq2_0_row_pair_sum(level, rows, qb, qsums);
-        if !(same(pair[0], want[0]) && same(pair[1], want[1])) {
-            return fail(Kernel::Tq2_0RowPairSum);
+        let mut got = [0f64; 3];
+        ternary::tq2_0_rows_sum(level, &run[..3 * 66 * blocks], 66 * blocks, qb, qsums, &mut got);
+        if !got.iter().zip(want).all(|(&g, w)| same(g, w)) {
+            return fail(Kernel::Tq2_0RowsSum);
         }
         if !tiles_agree(level, &mut rng) {
             return fail(Kernel::Tiles2x4);

@@ -187,7 +187,40 @@ impl Pool {
     }
 }
 
-/// A raw pointer that may cross threads (the disjointness argument is in `for_each_chunk`).
+impl Pool {
+    /// Calls `f(start, part)` on consecutive parts of `out` that together cover it, spread
+    /// over the threads, each part claimed when a thread is free: guided self-scheduling,
+    /// parts of `max(min, remaining / (2 · threads))` elements (the last may be shorter).
+    /// The first parts are long (one stream each for the prefetchers), the last ones short,
+    /// so the threads finish together instead of one waiting out another's last long part.
+    pub fn for_each_guided<T: Send>(&self, out: &mut [T], min: usize, f: &(dyn Fn(usize, &mut [T]) + Sync)) {
+        let (len, min, threads) = (out.len(), min.max(1), self.threads());
+        let base = SendPtr(out.as_mut_ptr());
+        let cursor = AtomicUsize::new(0);
+        self.run(threads.min(len.div_ceil(min)), &|_| loop {
+            let mut start = cursor.load(Ordering::Relaxed);
+            let end = loop {
+                if start >= len {
+                    return;
+                }
+                let end = (start + min.max((len - start) / (2 * threads))).min(len);
+                match cursor.compare_exchange_weak(start, end, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => break end,
+                    Err(now) => start = now,
+                }
+            };
+            // SAFETY: the cursor hands out each element of `0..len` to exactly one claim
+            // (a successful exchange moves it from `start` to `end`), so the parts are
+            // disjoint and lie inside `out`, which stays mutably borrowed by this function
+            // until every task has returned.
+            let part = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+            f(start, part)
+        });
+    }
+}
+
+/// A raw pointer that may cross threads (the disjointness arguments are in `for_each_chunk`
+/// and `for_each_guided`).
 struct SendPtr<T>(*mut T);
 impl<T> Clone for SendPtr<T> {
     fn clone(&self) -> Self {
@@ -195,7 +228,7 @@ impl<T> Clone for SendPtr<T> {
     }
 }
 impl<T> Copy for SendPtr<T> {}
-// SAFETY: only used by `for_each_chunk`, whose tasks touch disjoint ranges.
+// SAFETY: only used by `for_each_chunk` and `for_each_guided`, whose tasks touch disjoint ranges.
 unsafe impl<T: Send> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for SendPtr<T> {}
@@ -311,6 +344,31 @@ mod tests {
             }
         });
         assert!(v.iter().enumerate().all(|(i, &x)| x == i + 1));
+    }
+
+    #[test]
+    fn guided_parts_are_disjoint_cover_the_slice_and_shrink() {
+        for (threads, len, min) in [(1, 10, 4), (2, 1001, 32), (3, 7, 1), (4, 5000, 16), (2, 0, 8)] {
+            let pool = Pool::new(threads).expect("threads");
+            let mut v = vec![0usize; len];
+            let parts = Mutex::new(Vec::new());
+            pool.for_each_guided(&mut v, min, &|start, part| {
+                for (j, x) in part.iter_mut().enumerate() {
+                    *x += start + j + 1;
+                }
+                parts.lock().expect("parts").push((start, part.len()));
+            });
+            assert!(v.iter().enumerate().all(|(i, &x)| x == i + 1), "{threads} threads, {len}");
+            let mut parts = parts.into_inner().expect("parts");
+            parts.sort();
+            // Claimed in order: each part no longer than the one before, none shorter than
+            // `min` but the last, the first a `2 · threads`-th of the whole.
+            assert!(parts.windows(2).all(|p| p[1].1 <= p[0].1), "{parts:?}");
+            assert!(parts.iter().rev().skip(1).all(|p| p.1 >= min), "{parts:?}");
+            if let Some(first) = parts.first() {
+                assert_eq!(first.1, min.max(len / (2 * threads)).min(len));
+            }
+        }
     }
 
     #[test]

@@ -73,18 +73,23 @@ pub fn packed_dot(level: Simd, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i3
     }
 }
 
-/// Two rows' [`packed_dot`]s against the same activations (the chunks of each row in
-/// `rows`): the same sums as two calls. The x86 levels load each activation once for both
-/// rows and prefetch the pair as one stream (as [`tq2_0_row_pair_sum`]).
-pub fn packed_dot_pair(level: Simd, rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
+/// [`packed_dot`] of each of consecutive rows against the same activations: `out[i]` is
+/// row i's, the chunks `rows[i·row_bytes .. (i+1)·row_bytes]`. The x86 levels sum the rows
+/// two at a time in one call, as [`tq2_0_rows_sum`] does.
+pub fn packed_dot_rows(level: Simd, rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
+    assert!(rows.len() >= out.len() * row_bytes, "packed_dot_rows: fewer rows than sums");
     match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
-        SimdLevel::Avx2 => unsafe { x86::packed_dot_pair(rows, shifts, q) },
+        SimdLevel::Avx2 => unsafe { x86::packed_dot_rows(rows, row_bytes, shifts, q, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
-        SimdLevel::Avx512Vnni => unsafe { super::avx512::packed_dot_pair(rows, shifts, q) },
-        _ => rows.map(|r| packed_dot(level, r, shifts, q)),
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::packed_dot_rows(rows, row_bytes, shifts, q, out) },
+        _ => {
+            for (i, y) in out.iter_mut().enumerate() {
+                *y = packed_dot(level, &rows[i * row_bytes..(i + 1) * row_bytes], shifts, q);
+            }
+        }
     }
 }
 
@@ -124,21 +129,45 @@ pub fn tq2_0_row_sum(level: Simd, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     }
 }
 
-/// Two rows' [`tq2_0_row_sum`]s against the same activations: the same bits as two calls.
-/// The x86 levels load each activation once for both rows and share the per-call work
-/// between them (the one-row kernels are instruction-bound on rows of 2560: `kernel_speed`
-/// on a Zen 4, AVX-512 VNNI, one thread, 3.1 against 2.7 ns per 256 weights in cache, 4.0
-/// against 3.0 from memory), and prefetch the pair as one stream
-/// ([`prefetch_pair_stream`]); rows whose blocks do not all share one scale go one at a time.
-pub fn tq2_0_row_pair_sum(level: Simd, rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
+/// [`tq2_0_row_sum`] of each of consecutive rows against the same activations: `out[i]` is
+/// row i's, `rows[i·row_bytes .. (i+1)·row_bytes]`, the same bits as one call per row.
+///
+/// The x86 levels sum the rows two at a time (each activation loaded once for both, the
+/// pair prefetched as one stream: [`prefetch_pair_stream`]; rows whose blocks do not all
+/// share one scale go one at a time), and the whole run in one call, so the pair kernel
+/// inlines into the loop. Measured with `kernel_speed` on a Zen 4, AVX-512 VNNI, one
+/// thread, rows of 2560 in cache: 3.1 ns per 256 weights one row per call, 2.6 a pair per
+/// call, 2.3 a run per call.
+pub fn tq2_0_rows_sum(level: Simd, rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
+    assert!(rows.len() >= out.len() * row_bytes, "tq2_0_rows_sum: fewer rows than sums");
     match level.get() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in `quantize_row`.
-        SimdLevel::Avx2 => unsafe { x86::tq2_0_row_pair_sum(rows, q, qsums) },
+        SimdLevel::Avx2 => unsafe { x86::tq2_0_rows_sum(rows, row_bytes, q, qsums, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 F, BW and VNNI.
-        SimdLevel::Avx512Vnni => unsafe { super::avx512::tq2_0_row_pair_sum(rows, q, qsums) },
-        _ => rows.map(|r| tq2_0_row_sum(level, r, q, qsums)),
+        SimdLevel::Avx512Vnni => unsafe { super::avx512::tq2_0_rows_sum(rows, row_bytes, q, qsums, out) },
+        _ => {
+            for (i, y) in out.iter_mut().enumerate() {
+                *y = tq2_0_row_sum(level, &rows[i * row_bytes..(i + 1) * row_bytes], q, qsums);
+            }
+        }
+    }
+}
+
+/// `out[i]` for the rows `i` of a run: two rows per `pair(i)` call (rows `i`, `i + 1`), the
+/// odd last row through `one(i)`. The x86 rows kernels call it inside their
+/// `target_feature` functions, so that their pair kernels inline into this loop.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn in_row_pairs<T: Copy>(out: &mut [T], pair: impl Fn(usize) -> [T; 2], one: impl Fn(usize) -> T) {
+    let last = out.len().saturating_sub(1);
+    let mut pairs = out.chunks_exact_mut(2);
+    for (p, two) in (&mut pairs).enumerate() {
+        two.copy_from_slice(&pair(2 * p));
+    }
+    if let [y] = pairs.into_remainder() {
+        *y = one(last);
     }
 }
 
@@ -447,10 +476,18 @@ mod x86 {
         hsum_i32(acc32)
     }
 
-    /// See `ternary::packed_dot_pair`: [`packed_dot`]'s loop over both rows, each
+    /// See `ternary::packed_dot_rows`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn packed_dot_rows(rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
+        let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
+        super::in_row_pairs(out, |i| packed_dot_pair([row(i), row(i + 1)], shifts, q), |i| packed_dot(row(i), shifts, q));
+    }
+
+    /// Two rows of `packed_dot_rows`: [`packed_dot`]'s loop over both rows, each
     /// activation load serving both.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
+    #[inline]
+    fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
         let n = (rows[0].len().min(rows[1].len()) / 32).min(q.len() / CHUNK_ELEMS);
         let mask = _mm256_set1_epi8(3);
         let ones = _mm256_set1_epi16(1);
@@ -632,9 +669,17 @@ mod x86 {
         [_mm256_madd_epi16(acc0, ones), _mm256_madd_epi16(acc1, ones)]
     }
 
-    /// See `ternary::tq2_0_row_pair_sum`.
+    /// Two rows of `ternary::tq2_0_rows_sum` (the pair kernel).
+    /// See `ternary::tq2_0_rows_sum`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
+    pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
+        let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
+        super::in_row_pairs(out, |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums), |i| tq2_0_row_sum(row(i), q, qsums));
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
         let n = qsums.len();
         assert!(rows.iter().all(|r| r.len() >= 66 * n) && q.len() >= 256 * n, "tq2_0_row_pair_sum: short row");
         let (Some(d0), Some(d1)) = (super::pair_row_scale(rows[0], n), super::pair_row_scale(rows[1], n)) else {
@@ -812,14 +857,17 @@ mod tests {
                             |got: f64, want: f64| got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan());
                         let got = tq2_0_row_sum(level, &row, &q, &qsums);
                         assert!(same(got, want), "{level} {blocks} blocks, d {d:#06x}, case {case}: {got} vs {want}");
-                        // In a pair with the previous case's row (or itself): either row may
-                        // take the shortcut or the long way, each as alone.
+                        // In a run after the previous case's row (or itself), then once more
+                        // alone: a pair and one row, where either row of the pair may take
+                        // the shortcut or the long way, each as alone.
                         let other = previous.take().unwrap_or_else(|| row.clone());
                         let other_want = reference_tq2_0_row_sum(&other, &q);
-                        let pair = tq2_0_row_pair_sum(level, [&other, &row], &q, &qsums);
+                        let run = [&other[..], &row, &row].concat();
+                        let mut got = [0f64; 3];
+                        tq2_0_rows_sum(level, &run, row.len(), &q, &qsums, &mut got);
                         assert!(
-                            same(pair[0], other_want) && same(pair[1], want),
-                            "{level} {blocks} blocks, d {d:#06x}, case {case}, pair: {pair:?} vs {other_want}, {want}"
+                            same(got[0], other_want) && same(got[1], want) && same(got[2], want),
+                            "{level} {blocks} blocks, d {d:#06x}, case {case}, run: {got:?} vs {other_want}, {want}"
                         );
                         previous = Some(row);
                     }
@@ -866,14 +914,20 @@ mod tests {
                         );
                     }
                     assert_eq!(packed_dot(level, &chunks, shifts, &q), want, "{level} packed, {n_chunks} chunks");
-                    // In a pair with the codes' bytes reversed (other sums, same activations).
+                    // In runs of one to three rows, the codes' bytes reversed in the second
+                    // and third (other sums, same activations).
                     let other: Vec<u8> = chunks.iter().rev().copied().collect();
                     let other_want = packed_dot(Simd::PORTABLE, &other, shifts, &q);
-                    assert_eq!(
-                        packed_dot_pair(level, [&chunks, &other], shifts, &q),
-                        [want, other_want],
-                        "{level} packed pair, {n_chunks} chunks"
-                    );
+                    let run = [&chunks[..], &other, &other].concat();
+                    for rows in 1..=3 {
+                        let mut got = [0i32; 3];
+                        packed_dot_rows(level, &run, chunks.len(), shifts, &q, &mut got[..rows]);
+                        assert_eq!(
+                            got[..rows],
+                            [want, other_want, other_want][..rows],
+                            "{level} packed rows, {rows} of {n_chunks} chunks"
+                        );
+                    }
                     assert_eq!(codes_dot(level, &codes, &q), want, "{level} codes, {n_chunks} chunks");
                     // Rows: the codes and a shifted copy; six tokens (a group of four and
                     // one of two, its last token repeated): q and rotations of it; scales

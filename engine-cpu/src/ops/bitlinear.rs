@@ -16,7 +16,7 @@ use purebee_isa::ExecError;
 use purebee_memory::quant::{i2_s, QuantMatrix};
 use purebee_memory::{DType, TensorId};
 
-use super::linear::{rows_per_task, transpose};
+use super::linear::transpose;
 use super::{f32s_mut, Exec};
 use crate::kernels::linear::f16_to_f32;
 use crate::kernels::pool::Pool;
@@ -131,7 +131,12 @@ impl<'a> Ternary<'a> {
     }
 
     fn row(&self, j: usize) -> &'a [u8] {
-        &self.bytes[j * self.row_bytes..(j + 1) * self.row_bytes]
+        self.rows(j, 1)
+    }
+
+    /// Rows `first..first + n`, consecutive in the file.
+    fn rows(&self, first: usize, n: usize) -> &'a [u8] {
+        &self.bytes[first * self.row_bytes..(first + n) * self.row_bytes]
     }
 
     /// The f16 bits of block `b`'s `d` in `row` (TQ2_0 and TQ1_0: after the block's codes).
@@ -214,72 +219,51 @@ impl<'a> Ternary<'a> {
 }
 
 fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
-    // Four tasks per thread at most: a task's rows are one stream for the prefetchers, which
-    // start cold at every task (eight per thread, LINEAR's rule, measured 3–7 % slower on
-    // the 2B decode: tasks of 105 KB against 211–570 KB).
-    let chunk = rows_per_task(pool, out.len()).max(out.len().div_ceil(4 * pool.threads()));
     let q = acts.q(0);
     let nb = w.blocks();
-    // Σ q per scale block and the activation scale, once for every task.
+    // Σ q per scale block and the activation scale, once for every part.
     let qsums = acts.block_sums(0, w.block_len());
     let s = acts.s[0] as f64;
-    if w.dtype == DType::TQ2_0 {
-        // Each row's whole sum in one kernel call.
-        pool.for_each_chunk(out, chunk, &|i, o| {
-            // The sums of a run of rows first, then their scaling: the f64 divisions then
-            // overlap instead of each waiting behind the next row's kernel call.
+    // Parts claimed as threads get free, long at first and short at the end
+    // (`for_each_guided`): a part's rows are one stream for the prefetchers, which start
+    // cold at every part, and the threads finish together. On the 2B decode the threads
+    // were busy 91–94 % of each call with four equal tasks per thread, 95–96 % so.
+    pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| {
+        if w.dtype == DType::TQ2_0 {
+            // The sums of a run of rows in one kernel call, then their scaling: the f64
+            // divisions then overlap instead of each waiting behind the next row's sum.
             let mut sums = [0f64; 64];
             for (c, ys) in o.chunks_mut(sums.len()).enumerate() {
-                in_row_pairs(
-                    &mut sums[..ys.len()],
-                    i * chunk + 64 * c,
-                    |j| t::tq2_0_row_pair_sum(level, [w.row(j), w.row(j + 1)], q, &qsums),
-                    |j| t::tq2_0_row_sum(level, w.row(j), q, &qsums),
-                );
+                let rows = w.rows(first + 64 * c, ys.len());
+                t::tq2_0_rows_sum(level, rows, w.row_bytes, q, &qsums, &mut sums[..ys.len()]);
                 for (y, &sum) in ys.iter_mut().zip(&sums) {
                     *y = ((sum / s) * out_scale) as f32;
                 }
             }
-        });
-        return;
-    }
-    pool.for_each_chunk(out, chunk, &|i, o| {
-        let mut codes = [0u8; 256];
+            return;
+        }
         let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
         if w.dtype == DType::I2_S {
             // One block per row.
-            in_row_pairs(
-                &mut raws,
-                i * chunk,
-                |j| t::packed_dot_pair(level, [w.row(j), w.row(j + 1)], &t::I2_S_SHIFTS, q),
-                |j| t::packed_dot(level, w.row(j), &t::I2_S_SHIFTS, q),
-            );
+            t::packed_dot_rows(level, w.rows(first, o.len()), w.row_bytes, &t::I2_S_SHIFTS, q, &mut raws);
         } else {
             // TQ1_0: each block unpacked to one code per byte.
+            let mut codes = [0u8; 256];
             for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
-                let row = w.row(i * chunk + jj);
+                let row = w.row(first + jj);
                 for (b, r) in raw.iter_mut().enumerate() {
                     t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
                     *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
                 }
             }
         }
-        w.finish_rows(i * chunk, &qsums, s, out_scale, &raws, o);
+        w.finish_rows(first, &qsums, s, out_scale, &raws, o);
     });
 }
 
-/// `out[jj]` for rows `first + jj`: two rows per `pair(j)` call (rows `j`, `j + 1`: the decode
-/// kernels load each activation once for both), the odd last row through `one(j)`.
-fn in_row_pairs<T: Copy>(out: &mut [T], first: usize, pair: impl Fn(usize) -> [T; 2], one: impl Fn(usize) -> T) {
-    let last_row = first + out.len().saturating_sub(1);
-    let mut pairs = out.chunks_exact_mut(2);
-    for (p, two) in (&mut pairs).enumerate() {
-        two.copy_from_slice(&pair(first + 2 * p));
-    }
-    if let [last] = pairs.into_remainder() {
-        *last = one(last_row);
-    }
-}
+/// The shortest part of a decode GEMV's rows that a thread claims (see `gemv`): 21 KB of
+/// TQ2_0 rows of 2560.
+const MIN_GEMV_ROWS: usize = 32;
 
 /// Row `j` unpacked to one code per byte.
 fn unpack_row(w: &Ternary, j: usize, codes: &mut [u8]) {
