@@ -160,7 +160,11 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
     let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
-    ternary::in_row_pairs(out, |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums), |i| tq2_0_row_sum(row(i), q, qsums));
+    ternary::in_row_pairs(
+        out,
+        |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums),
+        |i| tq2_0_row_sum(row(i), q, qsums),
+    );
 }
 
 /// Two rows of `tq2_0_rows_sum` (the pair kernel). The codes stay in place: run g is masked with

@@ -103,7 +103,8 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
             if ternary::packed_dot(level, chunks, shifts, q) != want {
                 return fail(kernel);
             }
-            let want = [0, 1, 2].map(|r| ternary::packed_dot(Simd::PORTABLE, &three[32 * n * r..32 * n * (r + 1)], shifts, q));
+            let want =
+                [0, 1, 2].map(|r| ternary::packed_dot(Simd::PORTABLE, &three[32 * n * r..32 * n * (r + 1)], shifts, q));
             let mut got = [0i32; 3];
             ternary::packed_dot_rows(level, three, 32 * n, shifts, q, &mut got);
             if got != want {
