@@ -86,7 +86,12 @@ pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn packed_dot_rows(rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
     let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
-    ternary::in_row_pairs(out, |i| packed_dot_pair([row(i), row(i + 1)], shifts, q), |i| packed_dot(row(i), shifts, q));
+    ternary::in_row_pairs(
+        rows,
+        out,
+        |i| packed_dot_pair([row(i), row(i + 1)], shifts, q),
+        |i| packed_dot(row(i), shifts, q),
+    );
 }
 
 /// Two rows of `packed_dot_rows`: [`packed_dot`]'s loop over both rows.
@@ -161,6 +166,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
     let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
     ternary::in_row_pairs(
+        rows,
         out,
         |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums),
         |i| tq2_0_row_sum(row(i), q, qsums),
