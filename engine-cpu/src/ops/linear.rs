@@ -189,22 +189,22 @@ impl Weights<'_> {
     }
 }
 
-/// Rows per task: enough tasks to balance the threads, enough rows to amortize a claim.
-pub(crate) fn rows_per_task(pool: &Pool, m: usize) -> usize {
-    (m / (pool.threads() * 8)).clamp(4, 256)
-}
+/// The shortest part of a decode GEMV's rows that a thread claims (`Pool::for_each_guided`:
+/// long parts first, one prefetch stream each, then short ones so the threads finish
+/// together). SmolLM2's decode, 6 alternated rounds: LINEAR Q4_1 15.3 -> 17.7 GB/s and
+/// 158 -> 183 tokens/s against 16 equal tasks per call.
+const MIN_GEMV_ROWS: usize = 16;
 
 fn gemv(pool: &Pool, level: Simd, w: &Weights, x: &[f32], out: &mut [f32]) {
-    let chunk = rows_per_task(pool, out.len());
-    pool.for_each_chunk(out, chunk, &|i, o| {
+    pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| {
         if k::supports(w.dtype) {
             for (jj, y) in o.iter_mut().enumerate() {
-                *y = k::dot_row(level, w.dtype, w.row(i * chunk + jj), x);
+                *y = k::dot_row(level, w.dtype, w.row(first + jj), x);
             }
         } else {
             let mut row = vec![0f32; w.k];
             for (jj, y) in o.iter_mut().enumerate() {
-                w.decode(i * chunk + jj, &mut row);
+                w.decode(first + jj, &mut row);
                 k::dot_tile(level, &row, x, w.k, std::slice::from_mut(y));
             }
         }
@@ -212,9 +212,8 @@ fn gemv(pool: &Pool, level: Simd, w: &Weights, x: &[f32], out: &mut [f32]) {
 }
 
 fn gemv_int8(pool: &Pool, level: Simd, w: &Weights, a: Int8Row, out: &mut [f32]) {
-    let chunk = rows_per_task(pool, out.len());
-    pool.for_each_chunk(out, chunk, &|i, o| {
-        k8::dot_rows(level, w.dtype, w.rows(i * chunk, o.len()), a, o);
+    pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| {
+        k8::dot_rows(level, w.dtype, w.rows(first, o.len()), a, o);
     });
 }
 
