@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use purebee_engine_cpu::kernels::linear::dot_row;
 use purebee_engine_cpu::kernels::linear_int8;
-use purebee_engine_cpu::kernels::ternary::{tq2_0_row_sum, tq2_0_rows_sum};
+use purebee_engine_cpu::kernels::ternary::{quantize_row, tq2_0_row_sum, tq2_0_rows_sum};
 use purebee_engine_cpu::Simd;
 use purebee_memory::DType;
 
@@ -79,6 +79,7 @@ fn main() {
     }
     prefill_tiles(level);
     decode_attention(level);
+    activation_rounding(level);
     let k = 2560;
     for (scales, d_hi) in [("one scale per row", None), ("a scale per block", Some(0x3cu8))] {
         for rows in [256usize, 100_000] {
@@ -162,6 +163,23 @@ fn prefill_tiles(level: Simd) {
 
 /// The fastest of `runs` timings of `work`, in seconds: this machine is shared, and the
 /// minimum is the run least disturbed by others.
+/// BITLINEAR's activation rounding of one decode row (each BITLINEAR input, on the calling
+/// thread before the pool job).
+fn activation_rounding(level: Simd) {
+    for k in [2560usize, 6912] {
+        let x: Vec<f32> = (0..k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.173).collect();
+        let (mut q, mut sums) = (vec![0i8; k], vec![0i32; k / 128]);
+        let reps = 10_000;
+        let mut s = 0f32;
+        let secs = best_of(5, || {
+            for _ in 0..reps {
+                s += quantize_row(level, &x, &mut q, &mut sums);
+            }
+        });
+        println!("BITLINEAR activations, a row of {k}: {:.2} us ({s})", secs / reps as f64 * 1e6);
+    }
+}
+
 fn best_of(runs: usize, mut work: impl FnMut()) -> f64 {
     (0..runs)
         .map(|_| {
