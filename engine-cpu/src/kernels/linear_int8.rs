@@ -133,6 +133,7 @@ mod x86 {
     use purebee_memory::DType;
 
     use super::super::linear::x86::hsum;
+    use super::super::rounding::x86 as rounding;
     use super::{Int8Row, BLOCK};
 
     /// The Q4 layouts, as const parameters of [`dot_rows_q4`] (one compiled loop each, no
@@ -153,11 +154,19 @@ mod x86 {
         }
     }
 
-    /// The ISA's rule compiled for AVX2: its rounding is one `vroundss`, not a call to
-    /// `rintf` (the baseline x86_64 target has no rounding instruction).
+    /// The ISA's rule (`purebee_isa::ops::quantize_blocks`) in eight lanes
+    /// (`super::super::rounding`), bit for bit; a short last block as the ISA writes it.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn quantize_row(x: &[f32], q: &mut [i8], scales: &mut [f32]) {
-        purebee_isa::ops::quantize_blocks(x, q, scales)
+        let (xs, qs) = (x.as_chunks::<BLOCK>().0, q.as_chunks_mut::<BLOCK>().0);
+        let full = xs.len().min(qs.len()).min(scales.len());
+        for ((xb, qb), s) in xs.iter().zip(qs.iter_mut()).zip(scales.iter_mut()) {
+            *s = purebee_isa::ops::bitlinear_act_scale(rounding::abs_max(xb));
+            rounding::round_32(xb, *s, qb);
+        }
+        let at = full * BLOCK;
+        // The rest (a short last block): `full` blocks lie inside all three slices.
+        purebee_isa::ops::quantize_blocks(&x[at..], &mut q[at..], &mut scales[full..]);
     }
 
     /// Q8_0: one row at a time, its blocks alternating between two FMA chains. Per block:
@@ -288,6 +297,23 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every level rounds activations to int8 blocks as the ISA's `quantize_blocks` does,
+    /// bit for bit.
+    #[test]
+    fn quantize_row_matches_the_isa_on_every_level() {
+        for x in super::super::rounding::cases() {
+            let blocks = x.len().div_ceil(BLOCK);
+            let (mut want_q, mut want_s) = (vec![0i8; x.len()], vec![0f32; blocks]);
+            purebee_isa::ops::quantize_blocks(&x, &mut want_q, &mut want_s);
+            for level in Simd::all_supported() {
+                let (mut q, mut s) = (vec![0i8; x.len()], vec![0f32; blocks]);
+                quantize_row(level, &x, &mut q, &mut s);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!((bits(&s), &q), (bits(&want_s), &want_q), "{level}, a row of {}", x.len());
+            }
+        }
+    }
 
     /// The portable and AVX2 kernels agree with the formula computed in f64 on random blocks.
     #[test]

@@ -13,6 +13,7 @@ pub(crate) mod math;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 pub mod pool;
+mod rounding;
 pub mod silu;
 pub mod simd;
 pub mod ternary;

@@ -455,53 +455,19 @@ mod x86 {
 
     use std::ops::Range;
 
+    use super::super::rounding::x86 as rounding;
     use super::{bitlinear_act_scale, bitlinear_quantize, RowPair, TileSums, CHUNK_ELEMS};
 
-    /// `ternary::quantize_row` in eight lanes: the same maximum (`vmaxps` returns its second
-    /// operand, the running maximum, where an element is NaN, as `f32::max` skips NaN; the
-    /// maximum of the rest does not depend on the order), the same product, `vroundps` to
-    /// nearest even, NaN to 0 and the clamp, so the same codes bit for bit. (The portable
-    /// body compiled with AVX2 rounded one element at a time: `kernel_speed`, Zen 4, a row of
-    /// 2560 in 2.47 µs against 0.51, of 6912 in 6.65 against 1.38; the 2B decode rounds
-    /// 120 rows a token on the calling thread.)
+    /// `ternary::quantize_row` in eight lanes (`super::super::rounding`), bit for bit.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn quantize_row(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
-        let xp = x.as_ptr();
-        let mut max = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 8 <= x.len() {
-            // SAFETY: elements i..i + 8 of `x` (the loop bound); an unaligned load.
-            let v = unsafe { _mm256_loadu_ps(xp.add(i)) };
-            max = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0), v), max);
-            i += 8;
-        }
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` holds eight floats; an unaligned store.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), max) };
-        let abs_max = x[i..].iter().chain(&lanes).fold(0f32, |a, &v| a.max(v.abs()));
-        let s = bitlinear_act_scale(abs_max);
-
+        let s = bitlinear_act_scale(rounding::abs_max(x));
         let n = x.len().min(q.len());
-        let (scale, low, high) = (_mm256_set1_ps(s), _mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
-        // After `vpackssdw` and `vpacksswb` the dwords of four vectors are in the order
-        // 0L 1L 2L 3L 0H 1H 2H 3H (L, H: a vector's low and high four elements).
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        let mut i = 0;
-        while i + 32 <= n {
-            let codes = [0, 8, 16, 24].map(|at| {
-                // SAFETY: elements i + at .. + 8 of `x` (i + 32 ≤ n); an unaligned load.
-                let y = _mm256_mul_ps(unsafe { _mm256_loadu_ps(xp.add(i + at)) }, scale);
-                let y = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
-                let y = _mm256_and_ps(y, _mm256_cmp_ps::<_CMP_ORD_Q>(y, y)); // NaN → +0
-                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(y, low), high))
-            });
-            let words = [_mm256_packs_epi32(codes[0], codes[1]), _mm256_packs_epi32(codes[2], codes[3])];
-            let bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words[0], words[1]), order);
-            // SAFETY: codes i..i + 32 of `q` (i + 32 ≤ n); an unaligned store.
-            unsafe { _mm256_storeu_si256(q.as_mut_ptr().add(i).cast(), bytes) };
-            i += 32;
+        let ((xs, x_tail), (qs, q_tail)) = (x[..n].as_chunks::<32>(), q[..n].as_chunks_mut::<32>());
+        for (xr, qr) in xs.iter().zip(qs) {
+            rounding::round_32(xr, s, qr);
         }
-        for (qi, &xi) in q[i..n].iter_mut().zip(&x[i..n]) {
+        for (qi, &xi) in q_tail.iter_mut().zip(x_tail) {
             *qi = bitlinear_quantize(xi, s);
         }
         super::group_sums(q, sums);
@@ -1065,34 +1031,7 @@ mod tests {
 
     #[test]
     fn quantize_row_matches_the_isa_on_every_level() {
-        let ramp = |n: usize| -> Vec<f32> { (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.173).collect() };
-        // Halves: with a maximum of 127 the scale is 1, so x·s = x exactly.
-        let ties: Vec<f32> = (0..300).map(|i| (i as f32 - 150.0) * 0.5).chain([127.0, -127.0]).collect();
-        let mut special = ramp(259);
-        special[3] = f32::NAN;
-        special[40] = -0.0;
-        special[77] = 1e-30;
-        special[258] = -f32::NAN;
-        let mut infinite = ramp(64);
-        infinite[9] = f32::INFINITY;
-        infinite[10] = f32::NEG_INFINITY;
-        // A NaN in the lane that holds the maximum, after it.
-        let mut nan_after_max = vec![1.0; 16];
-        nan_after_max[0] = 100.0;
-        nan_after_max[8] = f32::NAN;
-        let rows = [
-            ramp(256),
-            ramp(0),
-            ramp(5),
-            ramp(37),
-            ramp(2560),
-            ties,
-            special,
-            infinite,
-            nan_after_max,
-            vec![1e-7; 40],
-            vec![-3e38; 33],
-        ];
+        let rows = super::super::rounding::cases();
         for x in &rows {
             let mut want_q = vec![0i8; x.len()];
             let want_s = bitlinear_act_scale(x.iter().fold(0f32, |a, &v| a.max(v.abs())));
