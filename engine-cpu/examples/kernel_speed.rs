@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use purebee_engine_cpu::kernels::linear::dot_row;
 use purebee_engine_cpu::kernels::linear_int8;
+use purebee_engine_cpu::kernels::norm::rms_norm_row;
 use purebee_engine_cpu::kernels::ternary::{quantize_row, tq2_0_row_sum, tq2_0_rows_sum};
 use purebee_engine_cpu::Simd;
 use purebee_memory::DType;
@@ -80,6 +81,7 @@ fn main() {
     prefill_tiles(level);
     decode_attention(level);
     activation_rounding(level);
+    rms_norm(level);
     let k = 2560;
     for (scales, d_hi) in [("one scale per row", None), ("a scale per block", Some(0x3cu8))] {
         for rows in [256usize, 100_000] {
@@ -177,6 +179,23 @@ fn activation_rounding(level: Simd) {
             }
         });
         println!("BITLINEAR activations, a row of {k}: {:.2} us ({s})", secs / reps as f64 * 1e6);
+    }
+}
+
+/// RMS_NORM of one decode row, on the portable level and on this CPU's.
+fn rms_norm(level: Simd) {
+    for lvl in [Simd::PORTABLE, level] {
+        let k = 2560;
+        let x: Vec<f32> = (0..k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.173).collect();
+        let w = vec![1.5f32; k];
+        let mut out = vec![0f32; k];
+        let reps = 10_000;
+        let secs = best_of(5, || {
+            for _ in 0..reps {
+                rms_norm_row(lvl, &x, &w, 1e-6, &mut out);
+            }
+        });
+        println!("RMS_NORM ({lvl}), a row of {k}: {:.2} us ({})", secs / reps as f64 * 1e6, out[7]);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod linear_int8;
 pub(crate) mod math;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
+pub mod norm;
 pub mod pool;
 mod rounding;
 pub mod silu;

@@ -5,35 +5,22 @@ use purebee_isa::ops::{Argmax, RmsNorm, Softmax};
 use purebee_isa::ExecError;
 
 use super::{f32s_mut, input, maybe_aliased, Exec};
-use crate::kernels::math;
+use crate::kernels::{math, norm};
 use crate::store::dims;
 
-/// `out_i = x_i / sqrt(mean(x²) + eps) · w_i`: the mean of squares in f64 (eight partial
-/// sums), each result computed in f64 and rounded once, as the reference does.
+/// `out_i = x_i / sqrt(mean(x²) + eps) · w_i`, row by row (`kernels/norm.rs`).
 pub(crate) fn rms_norm(e: &mut Exec, n: &RmsNorm) -> Result<(), ExecError> {
     const OP: &str = "RMS_NORM";
     let (_, d) = dims(e.reg, OP, n.x)?;
     let x_copy = maybe_aliased(e, OP, n.x, n.out)?;
     e.store.f32s(e.reg, OP, n.weight)?;
-    let reg = e.reg;
+    let (reg, level) = (e.reg, e.level);
     e.store.with_output(reg, OP, n.out, |store, words| {
         let x = input(store, reg, OP, n.x, &x_copy)?;
         let w = store.f32s(reg, OP, n.weight)?;
         let out = f32s_mut(words, x.len());
         for (row, o) in x.chunks_exact(d.max(1)).zip(out.chunks_exact_mut(d.max(1))) {
-            let mut acc = [0f64; 8];
-            let chunks = row.chunks_exact(8);
-            let tail: f64 = chunks.remainder().iter().map(|&v| v as f64 * v as f64).sum();
-            for c in chunks {
-                for (a, &v) in acc.iter_mut().zip(c) {
-                    *a += v as f64 * v as f64;
-                }
-            }
-            let mean_sq = (acc.iter().sum::<f64>() + tail) / d as f64;
-            let inv = 1.0 / (mean_sq + n.eps as f64).sqrt();
-            for ((o, &v), &wi) in o.iter_mut().zip(row).zip(w) {
-                *o = (v as f64 * inv * wi as f64) as f32;
-            }
+            norm::rms_norm_row(level, row, w, n.eps, o);
         }
         Ok(())
     })
