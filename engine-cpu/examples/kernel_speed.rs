@@ -7,6 +7,7 @@ use std::time::Instant;
 use purebee_engine_cpu::kernels::linear::dot_row;
 use purebee_engine_cpu::kernels::linear_int8;
 use purebee_engine_cpu::kernels::norm::rms_norm_row;
+use purebee_engine_cpu::kernels::silu::silu;
 use purebee_engine_cpu::kernels::ternary::{quantize_row, tq2_0_row_sum, tq2_0_rows_sum};
 use purebee_engine_cpu::Simd;
 use purebee_memory::DType;
@@ -82,6 +83,7 @@ fn main() {
     decode_attention(level);
     activation_rounding(level);
     rms_norm(level);
+    silu_row(level);
     let k = 2560;
     for (scales, d_hi) in [("one scale per row", None), ("a scale per block", Some(0x3cu8))] {
         for rows in [256usize, 100_000] {
@@ -197,6 +199,20 @@ fn rms_norm(level: Simd) {
         });
         println!("RMS_NORM ({lvl}), a row of {k}: {:.2} us ({})", secs / reps as f64 * 1e6, out[7]);
     }
+}
+
+/// SILU of one decode row of the 2B shape's FFN.
+fn silu_row(level: Simd) {
+    let k = 6912;
+    let x: Vec<f32> = (0..k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.173).collect();
+    let mut out = vec![0f32; k];
+    let reps = 10_000;
+    let secs = best_of(5, || {
+        for _ in 0..reps {
+            silu(level, &x, &mut out);
+        }
+    });
+    println!("SILU, a row of {k}: {:.2} us ({})", secs / reps as f64 * 1e6, out[7]);
 }
 
 fn best_of(runs: usize, mut work: impl FnMut()) -> f64 {

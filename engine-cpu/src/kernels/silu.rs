@@ -39,16 +39,22 @@ fn silu_avx2(x: &[f32], out: &mut [f32]) {
 /// −∞ or NaN) the few elements are redone one by one.
 #[inline(always)]
 fn silu_lanes(x: &[f32], out: &mut [f32]) {
+    let mut special = false;
     for (o, &v) in out.iter_mut().zip(x) {
         let t = math::exp_in_range((-v.abs()).max(-87.0));
         let num = if v < 0.0 { v * t } else { v };
         *o = num / (1.0 + t);
+        special |= v <= -87.0 || v.is_nan();
     }
-    // A second pass, so that the first stays one vectorizable loop (NaN came through the
-    // first already, but `silu_one` is the definition).
-    for (o, &v) in out.iter_mut().zip(x) {
-        if v <= -87.0 || v.is_nan() {
-            *o = silu_one(v);
+    // A second pass only when some element needs it, so that the first stays one
+    // vectorizable loop (NaN came through the first already, but `silu_one` is the
+    // definition). Run always, that element-by-element loop with a call in it cost a row
+    // of 6912 about 3.5 µs (`kernel_speed`, Zen 4: 8.2 µs against 4.6–5.2 now).
+    if special {
+        for (o, &v) in out.iter_mut().zip(x) {
+            if v <= -87.0 || v.is_nan() {
+                *o = silu_one(v);
+            }
         }
     }
 }
