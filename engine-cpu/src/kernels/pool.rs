@@ -185,9 +185,7 @@ impl Pool {
             f(i, part)
         });
     }
-}
 
-impl Pool {
     /// Calls `f(start, part)` on consecutive parts of `out` that together cover it, spread
     /// over the threads, each part claimed when a thread is free: guided self-scheduling,
     /// parts of `max(min, remaining / (2 · threads))` elements (the last may be shorter).
