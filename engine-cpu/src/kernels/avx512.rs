@@ -85,13 +85,7 @@ pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
 /// See `ternary::packed_dot_rows`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn packed_dot_rows(rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
-    let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
-    ternary::in_row_pairs(
-        rows,
-        out,
-        |i| packed_dot_pair([row(i), row(i + 1)], shifts, q),
-        |i| packed_dot(row(i), shifts, q),
-    );
+    ternary::in_row_pairs(rows, row_bytes, out, |r| packed_dot_pair(r, shifts, q), |r| packed_dot(r, shifts, q));
 }
 
 /// Two rows of `packed_dot_rows`: [`packed_dot`]'s loop over both rows.
@@ -164,13 +158,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 /// See `ternary::tq2_0_rows_sum`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
-    let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
-    ternary::in_row_pairs(
-        rows,
-        out,
-        |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums),
-        |i| tq2_0_row_sum(row(i), q, qsums),
-    );
+    ternary::in_row_pairs(rows, row_bytes, out, |r| tq2_0_row_pair_sum(r, q, qsums), |r| tq2_0_row_sum(r, q, qsums));
 }
 
 /// Two rows of `tq2_0_rows_sum` (the pair kernel). The codes stay in place: run g is masked with

@@ -160,27 +160,29 @@ pub fn tq2_0_rows_sum(level: Simd, rows: &[u8], row_bytes: usize, q: &[i8], qsum
     }
 }
 
-/// `out[i]` for the rows `i` of the run `rows`: two rows per `pair(i)` call (rows `i`,
-/// `i + 1`), the odd last row through `one(i)`, after asking for the run's first bytes
-/// ([`prefetch_run_start`]). The x86 rows kernels call it inside their
-/// `target_feature` functions, so that their pair kernels inline into this loop.
+/// `out[i]` for row `i` of the run `rows` (rows of `row_bytes`): two rows per `pair` call,
+/// the odd last row through `one`, after asking for the run's first bytes
+/// ([`prefetch_run_start`]). The x86 rows kernels call it inside their `target_feature`
+/// functions, so that their pair kernels inline into this loop.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) fn in_row_pairs<T: Copy>(
     rows: &[u8],
+    row_bytes: usize,
     out: &mut [T],
-    pair: impl Fn(usize) -> [T; 2],
-    one: impl Fn(usize) -> T,
+    pair: impl Fn([&[u8]; 2]) -> [T; 2],
+    one: impl Fn(&[u8]) -> T,
 ) {
     // SAFETY: SSE is part of x86_64.
     unsafe { prefetch_run_start(rows) };
+    let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
     let last = out.len().saturating_sub(1);
     let mut pairs = out.chunks_exact_mut(2);
     for (p, two) in (&mut pairs).enumerate() {
-        two.copy_from_slice(&pair(2 * p));
+        two.copy_from_slice(&pair([row(2 * p), row(2 * p + 1)]));
     }
     if let [y] = pairs.into_remainder() {
-        *y = one(last);
+        *y = one(row(last));
     }
 }
 
@@ -518,13 +520,7 @@ mod x86 {
     /// See `ternary::packed_dot_rows`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn packed_dot_rows(rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
-        let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
-        super::in_row_pairs(
-            rows,
-            out,
-            |i| packed_dot_pair([row(i), row(i + 1)], shifts, q),
-            |i| packed_dot(row(i), shifts, q),
-        );
+        super::in_row_pairs(rows, row_bytes, out, |r| packed_dot_pair(r, shifts, q), |r| packed_dot(r, shifts, q));
     }
 
     /// Two rows of `packed_dot_rows`: [`packed_dot`]'s loop over both rows, each
@@ -717,13 +713,7 @@ mod x86 {
     /// See `ternary::tq2_0_rows_sum`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
-        let row = |i: usize| &rows[i * row_bytes..(i + 1) * row_bytes];
-        super::in_row_pairs(
-            rows,
-            out,
-            |i| tq2_0_row_pair_sum([row(i), row(i + 1)], q, qsums),
-            |i| tq2_0_row_sum(row(i), q, qsums),
-        );
+        super::in_row_pairs(rows, row_bytes, out, |r| tq2_0_row_pair_sum(r, q, qsums), |r| tq2_0_row_sum(r, q, qsums));
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

@@ -242,19 +242,25 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
             }
             return;
         }
-        let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
         if w.dtype == DType::I2_S {
-            // One block per row.
-            t::packed_dot_rows(level, w.rows(first, o.len()), w.row_bytes, &t::I2_S_SHIFTS, q, &mut raws);
-        } else {
-            // TQ1_0: each block unpacked to one code per byte.
-            let mut codes = [0u8; 256];
-            for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
-                let row = w.row(first + jj);
-                for (b, r) in raw.iter_mut().enumerate() {
-                    t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
-                    *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
-                }
+            // One block per row: the raw sums of a run of rows in one kernel call, then their
+            // scaling, as for TQ2_0 above.
+            let mut raws = [0i32; 64];
+            for (c, ys) in o.chunks_mut(raws.len()).enumerate() {
+                let (first, raws) = (first + 64 * c, &mut raws[..ys.len()]);
+                t::packed_dot_rows(level, w.rows(first, ys.len()), w.row_bytes, &t::I2_S_SHIFTS, q, raws);
+                w.finish_rows(first, &qsums, s, out_scale, raws, ys);
+            }
+            return;
+        }
+        // TQ1_0: each block unpacked to one code per byte.
+        let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
+        let mut codes = [0u8; 256];
+        for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
+            let row = w.row(first + jj);
+            for (b, r) in raw.iter_mut().enumerate() {
+                t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
+                *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
             }
         }
         w.finish_rows(first, &qsums, s, out_scale, &raws, o);
