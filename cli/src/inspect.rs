@@ -102,7 +102,7 @@ fn plain_json(v: &MetaValue) -> Value {
         MetaValue::F64(x) => float(*x),
         MetaValue::Bool(x) => json!(x),
         MetaValue::String(s) => json!(s),
-        MetaValue::Array(a) => Value::Array(a.values.iter().map(plain_json).collect()),
+        MetaValue::Array(a) => Value::Array(a.iter().map(|v| plain_json(&v)).collect()),
     }
 }
 
@@ -114,10 +114,10 @@ fn entry_json(v: &MetaValue) -> Value {
         MetaValue::Array(a) => {
             let mut m = Map::new();
             m.insert("type".into(), json!("array"));
-            m.insert("elem_type".into(), json!(a.elem_type.name()));
+            m.insert("elem_type".into(), json!(a.elem_type().name()));
             m.insert("len".into(), json!(a.len()));
             if a.len() > ARRAY_FULL_MAX {
-                m.insert("head".into(), Value::Array(a.values.iter().take(ARRAY_HEAD).map(plain_json).collect()));
+                m.insert("head".into(), Value::Array(a.iter().take(ARRAY_HEAD).map(|v| plain_json(&v)).collect()));
             } else {
                 m.insert("value".into(), plain_json(v));
             }
@@ -182,7 +182,7 @@ fn text_value(v: &MetaValue, string_max: usize) -> String {
         MetaValue::String(s) => quoted(s, string_max),
         MetaValue::Array(a) => {
             let shown = if a.len() > ARRAY_FULL_MAX { ARRAY_HEAD } else { a.len() };
-            let items: Vec<String> = a.values.iter().take(shown).map(|v| text_value(v, 24)).collect();
+            let items: Vec<String> = a.iter().take(shown).map(|v| text_value(&v, 24)).collect();
             let more = a.len() - shown;
             if more > 0 {
                 format!("[{}, … ({more} more)]", items.join(", "))
@@ -196,7 +196,7 @@ fn text_value(v: &MetaValue, string_max: usize) -> String {
 
 fn type_text(v: &MetaValue) -> String {
     match v {
-        MetaValue::Array(a) => format!("array[{}; {}]", a.elem_type, a.len()),
+        MetaValue::Array(a) => format!("array[{}; {}]", a.elem_type(), a.len()),
         other => other.meta_type().name().to_string(),
     }
 }
@@ -270,8 +270,10 @@ mod tests {
         assert!(j.get("value").is_none());
         assert_eq!(text_value(&long, 80), "[0, 1, 2, 3, 4, 5, 6, 7, … (92 more)]");
 
-        let short =
-            MetaValue::Array(MetaArray::new(MetaType::Array, vec![MetaValue::Array(MetaArray::of_i32([1, -2]))]));
+        let short = MetaValue::Array(
+            MetaArray::new(MetaType::Array, vec![MetaValue::Array(MetaArray::of_i32([1, -2]))])
+                .expect("one element type"),
+        );
         assert_eq!(entry_json(&short), json!({"type": "array", "elem_type": "array", "len": 1, "value": [[1, -2]]}));
         assert_eq!(text_value(&short, 80), "[[1, -2]]");
     }

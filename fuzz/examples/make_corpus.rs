@@ -191,7 +191,7 @@ fn all_metadata_types() -> Vec<u8> {
             MetaValue::Array(MetaArray::new(
                 MetaType::Array,
                 vec![MetaValue::Array(MetaArray::of_u32([1, 2])), MetaValue::Array(MetaArray::of_f32([]))],
-            )),
+            ).expect("one element type")),
         ),
     ];
     for (k, v) in values {

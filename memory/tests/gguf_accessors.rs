@@ -20,9 +20,13 @@ fn file() -> GgufFile {
     w.add("strs", MetaArray::of_strings(["a", "b"])).expect("new key");
     w.add("u32s", MetaArray::of_u32([1, 2])).expect("new key");
     w.add("i32s", MetaArray::of_i32([3, -1])).expect("new key");
-    w.add("u8s", MetaArray::new(MetaType::U8, vec![MetaValue::U8(9)])).expect("new key");
+    w.add("u8s", MetaArray::new(MetaType::U8, vec![MetaValue::U8(9)]).expect("one element type")).expect("new key");
     w.add("f32s", MetaArray::of_f32([0.5, 2.0])).expect("new key");
-    w.add("f64s", MetaArray::new(MetaType::F64, vec![MetaValue::F64(1.5), MetaValue::F64(-1e200)])).expect("new key");
+    w.add(
+        "f64s",
+        MetaArray::new(MetaType::F64, vec![MetaValue::F64(1.5), MetaValue::F64(-1e200)]).expect("one element type"),
+    )
+    .expect("new key");
     w.add_f32_tensor("t", &[1], &[1.0]).expect("valid");
     GgufFile::from_bytes("acc.gguf", &w.to_bytes()).expect("valid")
 }

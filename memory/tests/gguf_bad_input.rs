@@ -464,11 +464,11 @@ fn nesting_too_deep() {
     // 16 levels read back.
     let (_dir, _path, r) = open_bytes(&nested_arrays(16));
     let g = r.expect("16 levels are allowed");
-    let mut v = g.get("deep").expect("present");
-    for _ in 0..16 {
-        v = &v.as_array().expect("array").values[0];
+    let mut a = g.get("deep").expect("present").as_array().expect("array");
+    for _ in 1..16 {
+        a = &a.arrays().expect("an array of arrays")[0];
     }
-    assert_eq!(v, &MetaValue::U8(7));
+    assert_eq!(a.get(0), Some(MetaValue::U8(7)));
 
     for levels in [17usize, 1000, 1_000_000] {
         match expect_err(&nested_arrays(levels), &["'deep'", "deeper than 16"]) {
@@ -484,7 +484,7 @@ fn nesting_too_deep() {
         let mut v = MetaValue::U8(7);
         for _ in 0..levels {
             let t = v.meta_type();
-            v = MetaValue::Array(MetaArray::new(t, vec![v]));
+            v = MetaValue::Array(MetaArray::new(t, vec![v]).expect("one element type"));
         }
         v
     };

@@ -182,7 +182,7 @@ fn header_and_metadata_match_the_readme() {
         assert_eq!(tokens[0], "<|endoftext|>", "{ctx}");
         assert_eq!(tokens[2], "<|im_end|>", "{ctx}");
         assert_eq!(g.get_i32_array("tokenizer.ggml.token_type").expect("types").len(), 8192, "{ctx}");
-        assert_eq!(g.get_array("tokenizer.ggml.merges").expect("merges").elem_type, MetaType::String, "{ctx}");
+        assert_eq!(g.get_array("tokenizer.ggml.merges").expect("merges").elem_type(), MetaType::String, "{ctx}");
         assert_eq!(g.get_u32("tokenizer.ggml.bos_token_id").expect("bos"), 0, "{ctx}");
         assert_eq!(g.get_u32("tokenizer.ggml.eos_token_id").expect("eos"), 2, "{ctx}");
         assert!(g.get_bool("tokenizer.ggml.add_bos_token").expect("add bos"), "{ctx}");

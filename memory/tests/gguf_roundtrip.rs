@@ -19,14 +19,16 @@ fn every_type() -> Vec<(String, MetaValue)> {
             MetaValue::Array(MetaArray::of_i32([])),
             MetaValue::Array(MetaArray::of_i32([i32::MIN, i32::MAX])),
         ],
-    );
+    )
+    .expect("one element type");
     let nested_strings = MetaArray::new(
         MetaType::Array,
-        vec![MetaValue::Array(MetaArray::new(
-            MetaType::Array,
-            vec![MetaValue::Array(MetaArray::of_strings(["deep", ""]))],
-        ))],
-    );
+        vec![MetaValue::Array(
+            MetaArray::new(MetaType::Array, vec![MetaValue::Array(MetaArray::of_strings(["deep", ""]))])
+                .expect("one element type"),
+        )],
+    )
+    .expect("one element type");
     let values = vec![
         MetaValue::U8(u8::MAX),
         MetaValue::I8(i8::MIN),
@@ -46,15 +48,22 @@ fn every_type() -> Vec<(String, MetaValue)> {
         MetaValue::Array(MetaArray::of_strings(["a", "", "ü"])),
         MetaValue::Array(MetaArray::of_u32([0, u32::MAX])),
         MetaValue::Array(MetaArray::of_f32([0.1, -0.0])),
-        MetaValue::Array(MetaArray::new(MetaType::Bool, vec![MetaValue::Bool(true), MetaValue::Bool(false)])),
-        MetaValue::Array(MetaArray::new(MetaType::U64, vec![])),
-        MetaValue::Array(MetaArray::new(MetaType::F64, vec![MetaValue::F64(1e-300)])),
-        MetaValue::Array(MetaArray::new(MetaType::I8, vec![MetaValue::I8(-1), MetaValue::I8(1)])),
-        MetaValue::Array(MetaArray::new(MetaType::U16, vec![MetaValue::U16(7)])),
-        MetaValue::Array(MetaArray::new(MetaType::I16, vec![MetaValue::I16(-7)])),
-        MetaValue::Array(MetaArray::new(MetaType::U8, vec![MetaValue::U8(0), MetaValue::U8(255)])),
-        MetaValue::Array(MetaArray::new(MetaType::I64, vec![MetaValue::I64(i64::MAX)])),
-        MetaValue::Array(MetaArray::new(MetaType::Array, vec![])),
+        MetaValue::Array(
+            MetaArray::new(MetaType::Bool, vec![MetaValue::Bool(true), MetaValue::Bool(false)])
+                .expect("one element type"),
+        ),
+        MetaValue::Array(MetaArray::new(MetaType::U64, vec![]).expect("one element type")),
+        MetaValue::Array(MetaArray::new(MetaType::F64, vec![MetaValue::F64(1e-300)]).expect("one element type")),
+        MetaValue::Array(
+            MetaArray::new(MetaType::I8, vec![MetaValue::I8(-1), MetaValue::I8(1)]).expect("one element type"),
+        ),
+        MetaValue::Array(MetaArray::new(MetaType::U16, vec![MetaValue::U16(7)]).expect("one element type")),
+        MetaValue::Array(MetaArray::new(MetaType::I16, vec![MetaValue::I16(-7)]).expect("one element type")),
+        MetaValue::Array(
+            MetaArray::new(MetaType::U8, vec![MetaValue::U8(0), MetaValue::U8(255)]).expect("one element type"),
+        ),
+        MetaValue::Array(MetaArray::new(MetaType::I64, vec![MetaValue::I64(i64::MAX)]).expect("one element type")),
+        MetaValue::Array(MetaArray::new(MetaType::Array, vec![]).expect("one element type")),
         MetaValue::Array(nested),
         MetaValue::Array(nested_strings),
     ];
@@ -197,7 +206,7 @@ fn arb_value() -> impl Strategy<Value = MetaValue> {
         prop::collection::vec(inner, 0..6).prop_map(|vs| {
             let t = vs.first().map_or(MetaType::U8, MetaValue::meta_type);
             let vs = vs.into_iter().filter(|v| v.meta_type() == t).collect();
-            MetaValue::Array(MetaArray::new(t, vs))
+            MetaValue::Array(MetaArray::new(t, vs).expect("one element type"))
         })
     })
 }

@@ -63,7 +63,8 @@ fn ours() -> GgufWriter {
     let nested = MetaArray::new(
         MetaType::Array,
         vec![MetaValue::Array(MetaArray::of_i32([1, 2])), MetaValue::Array(MetaArray::of_i32([3]))],
-    );
+    )
+    .expect("one element type");
     let entries: Vec<(&str, MetaValue)> = vec![
         ("general.architecture", "llama".into()),
         ("a.u8", 200u8.into()),

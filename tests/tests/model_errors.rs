@@ -186,7 +186,7 @@ fn tokens_resized(n: usize) -> impl Fn(&str, &MetaValue) -> Option<MetaValue> {
             return Some(v.clone());
         }
         let MetaValue::Array(a) = v else { panic!("tokens is an array") };
-        let mut texts: Vec<String> = a.values.iter().map(|t| t.as_str().expect("string").to_string()).collect();
+        let mut texts: Vec<String> = a.strs().expect("strings").map(str::to_string).collect();
         let old = texts.len();
         texts.truncate(n);
         texts.extend((old..n).map(|i| format!("<extra_{i}>")));
@@ -247,7 +247,7 @@ fn merge_replaced(rank: usize, merge: &'static str) -> impl Fn(&str, &MetaValue)
             return Some(v.clone());
         }
         let MetaValue::Array(a) = v else { panic!("merges is an array") };
-        let mut merges: Vec<String> = a.values.iter().map(|t| t.as_str().expect("string").to_string()).collect();
+        let mut merges: Vec<String> = a.strs().expect("strings").map(str::to_string).collect();
         merges[rank] = merge.to_string();
         Some(MetaValue::Array(MetaArray::of_strings(merges)))
     }

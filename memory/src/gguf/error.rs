@@ -329,18 +329,6 @@ pub enum GgufWriteError {
         /// The value given, formatted with its type.
         value: String,
     },
-    /// An array element whose type is not the array's element type.
-    #[error("metadata key '{key}': array element {index} is {found}, but the array holds {expected}")]
-    ArrayTypeMismatch {
-        /// The key.
-        key: String,
-        /// The element's index (in its innermost array).
-        index: usize,
-        /// The array's element type.
-        expected: MetaType,
-        /// The element's type.
-        found: MetaType,
-    },
     /// Arrays nested deeper than [`super::MAX_ARRAY_NESTING`].
     #[error("metadata key '{key}' nests arrays deeper than {max} levels")]
     NestingTooDeep {
@@ -459,4 +447,16 @@ pub enum GgufWriteError {
         #[source]
         source: io::Error,
     },
+}
+
+/// A value pushed into a [`super::MetaArray`] whose type is not the array's element type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("array element {index} is {found}, but the array holds {expected}")]
+pub struct MetaArrayTypeMismatch {
+    /// The element's index.
+    pub index: usize,
+    /// The array's element type.
+    pub expected: MetaType,
+    /// The element's type.
+    pub found: MetaType,
 }

@@ -18,7 +18,8 @@ use crate::{ggml_type_name, DType, HostTensor, Registry, Shape, TensorId};
 
 use super::cursor::Cursor;
 use super::map_guard::GuardedMap;
-use super::metadata::{read_value, MetaArray, MetaType, MetaValue, Mismatch};
+use super::meta_array::MetaArray;
+use super::metadata::{read_value, MetaType, MetaValue, Mismatch};
 use super::watch::FileWatch;
 use super::GgufError;
 
@@ -373,10 +374,10 @@ impl GgufFile {
     /// An array of `elem` values, with a message naming `expected` otherwise.
     fn typed_array(&self, key: &str, elem: &[MetaType], expected: &str) -> Result<&MetaArray, GgufError> {
         let a = self.get_array(key)?;
-        if !elem.contains(&a.elem_type) {
+        if !elem.contains(&a.elem_type()) {
             return Err(self.mismatch(
                 key,
-                Mismatch::WrongType { expected: expected.to_string(), found: format!("array of {}", a.elem_type) },
+                Mismatch::WrongType { expected: expected.to_string(), found: format!("array of {}", a.elem_type()) },
             ));
         }
         Ok(a)
@@ -385,19 +386,18 @@ impl GgufFile {
     /// An array of strings (for example `tokenizer.ggml.tokens`).
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>, GgufError> {
         let a = self.typed_array(key, &[MetaType::String], "array of string")?;
-        a.values.iter().map(|v| v.as_str().ok_or_else(|| self.wrong_type(key, "array of string", v))).collect()
+        Ok(a.strs().map(Iterator::collect).unwrap_or_default())
     }
 
     fn int_array<T: TryFrom<i128>>(&self, key: &str, target: &'static str) -> Result<Vec<T>, GgufError> {
         let expected = format!("array of integers that fit in {target}");
         let a = self.get_array(key)?;
-        if !a.elem_type.is_integer() {
+        if !a.elem_type().is_integer() {
             return Err(
-                self.mismatch(key, Mismatch::WrongType { expected, found: format!("array of {}", a.elem_type) })
+                self.mismatch(key, Mismatch::WrongType { expected, found: format!("array of {}", a.elem_type()) })
             );
         }
-        a.values
-            .iter()
+        a.iter()
             .enumerate()
             .map(|(i, v)| {
                 v.to_int(target).map_err(|m| match m {
@@ -424,8 +424,7 @@ impl GgufFile {
     /// An array of F32 or F64 values as f32 (for example `tokenizer.ggml.scores`).
     pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>, GgufError> {
         let a = self.typed_array(key, &[MetaType::F32, MetaType::F64], "array of f32 or f64")?;
-        a.values
-            .iter()
+        a.iter()
             .enumerate()
             .map(|(i, v)| {
                 v.to_f32().map_err(|m| match m {

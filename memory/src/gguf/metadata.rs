@@ -1,9 +1,10 @@
-//! GGUF metadata values: the 13 value types, arrays (which may nest), typed conversions,
+//! GGUF metadata values: the 13 value types (arrays are in `meta_array.rs`), typed conversions,
 //! and the bounds-checked decoder the reader uses.
 
 use std::fmt;
 
 use super::cursor::Cursor;
+use super::meta_array::{read_array, MetaArray};
 use super::GgufError;
 
 /// The deepest nesting of arrays the reader and writer accept: an array of arrays of u8
@@ -152,70 +153,6 @@ pub enum MetaValue {
     Array(MetaArray),
 }
 
-/// An array value: every element has type `elem_type`; elements may themselves be arrays.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MetaArray {
-    /// The type of every element.
-    pub elem_type: MetaType,
-    /// The elements, in file order.
-    pub values: Vec<MetaValue>,
-}
-
-impl MetaArray {
-    /// An array of `elem_type` holding `values` (the writer checks that they agree).
-    pub fn new(elem_type: MetaType, values: Vec<MetaValue>) -> MetaArray {
-        MetaArray { elem_type, values }
-    }
-
-    /// An array of strings.
-    pub fn of_strings<S: Into<String>>(values: impl IntoIterator<Item = S>) -> MetaArray {
-        MetaArray::new(MetaType::String, values.into_iter().map(|s| MetaValue::String(s.into())).collect())
-    }
-
-    /// An array of i32.
-    pub fn of_i32(values: impl IntoIterator<Item = i32>) -> MetaArray {
-        MetaArray::new(MetaType::I32, values.into_iter().map(MetaValue::I32).collect())
-    }
-
-    /// An array of u32.
-    pub fn of_u32(values: impl IntoIterator<Item = u32>) -> MetaArray {
-        MetaArray::new(MetaType::U32, values.into_iter().map(MetaValue::U32).collect())
-    }
-
-    /// An array of f32.
-    pub fn of_f32(values: impl IntoIterator<Item = f32>) -> MetaArray {
-        MetaArray::new(MetaType::F32, values.into_iter().map(MetaValue::F32).collect())
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.values.len()
-    }
-
-    /// True when the array has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    /// How deep arrays nest in this array: 1 for an array of scalars, 2 for an array of
-    /// arrays of scalars. An empty array of arrays still declares a second level.
-    pub fn nesting_depth(&self) -> usize {
-        if self.elem_type != MetaType::Array {
-            return 1;
-        }
-        let inner = self
-            .values
-            .iter()
-            .map(|v| match v {
-                MetaValue::Array(a) => a.nesting_depth(),
-                _ => 1,
-            })
-            .max()
-            .unwrap_or(1);
-        inner.saturating_add(1)
-    }
-}
-
 macro_rules! from_scalar {
     ($($t:ty => $v:ident),*) => {$(
         impl From<$t> for MetaValue {
@@ -267,7 +204,7 @@ impl MetaValue {
     /// The type for messages: `"u32"`, or `"array of string"` for arrays.
     pub fn type_description(&self) -> String {
         match self {
-            MetaValue::Array(a) => format!("array of {}", a.elem_type),
+            MetaValue::Array(a) => format!("array of {}", a.elem_type()),
             v => v.meta_type().name().to_string(),
         }
     }
@@ -361,7 +298,7 @@ impl fmt::Display for MetaValue {
             MetaValue::String(s) => write!(f, "{s:?}"),
             MetaValue::Array(a) => {
                 f.write_str("[")?;
-                for (i, v) in a.values.iter().enumerate() {
+                for (i, v) in a.iter().enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
@@ -406,35 +343,4 @@ pub(crate) fn read_value(cur: &mut Cursor<'_>, ty: MetaType, key: &str, level: u
         MetaType::String => MetaValue::String(cur.string(&what)?.to_string()),
         MetaType::Array => MetaValue::Array(read_array(cur, key, level.saturating_add(1))?),
     })
-}
-
-/// Reads an array header and its elements; `level` is this array's nesting level (1 for a
-/// top-level array).
-fn read_array(cur: &mut Cursor<'_>, key: &str, level: usize) -> Result<MetaArray, GgufError> {
-    let type_offset = cur.offset();
-    let type_id = cur.u32(&|| format!("the array element type of key '{key}'"))?;
-    let elem_type = MetaType::from_id(type_id).ok_or_else(|| GgufError::UnknownMetaType {
-        path: cur.path().to_path_buf(),
-        offset: type_offset,
-        key: key.to_string(),
-        type_id,
-    })?;
-    if elem_type == MetaType::Array && level >= MAX_ARRAY_NESTING {
-        return Err(GgufError::NestingTooDeep {
-            path: cur.path().to_path_buf(),
-            offset: type_offset,
-            key: key.to_string(),
-            max: MAX_ARRAY_NESTING,
-        });
-    }
-    let count_offset = cur.offset();
-    let count = cur.u64(&|| format!("the array length of key '{key}'"))?;
-    let n = cur.check_count(count, elem_type.min_encoded_size(), count_offset, &|| {
-        format!("the array length of key '{key}'")
-    })?;
-    let mut values = Vec::with_capacity(n);
-    for _ in 0..n {
-        values.push(read_value(cur, elem_type, key, level)?);
-    }
-    Ok(MetaArray { elem_type, values })
 }

@@ -30,13 +30,15 @@ mod cursor;
 mod error;
 mod file;
 mod map_guard;
+mod meta_array;
 mod metadata;
 mod watch;
 mod writer;
 
-pub use error::{GgufError, GgufWriteError};
+pub use error::{GgufError, GgufWriteError, MetaArrayTypeMismatch};
 pub use file::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 pub use map_guard::GuardedMap;
-pub use metadata::{MetaArray, MetaType, MetaValue, MAX_ARRAY_NESTING};
+pub use meta_array::MetaArray;
+pub use metadata::{MetaType, MetaValue, MAX_ARRAY_NESTING};
 pub use watch::FileWatch;
 pub use writer::{GgufLayout, GgufStreamWriter, GgufWriter, KvLayout, TensorInfoLayout, MAX_TENSOR_NAME_LEN};

@@ -35,7 +35,8 @@ use std::path::Path;
 use crate::DType;
 
 use super::file::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
-use super::metadata::{MetaArray, MetaValue, MAX_ARRAY_NESTING};
+use super::meta_array::MetaArray;
+use super::metadata::{MetaValue, MAX_ARRAY_NESTING};
 use super::GgufWriteError;
 
 /// The longest tensor name llama.cpp accepts, in bytes (GGML_MAX_NAME is 64 with the NUL).
@@ -150,24 +151,6 @@ impl<W: Write> Counting<W> {
     }
 }
 
-/// Checks that every element of `a` (recursively) has the array's element type.
-fn check_array(key: &str, a: &MetaArray) -> Result<(), GgufWriteError> {
-    for (index, v) in a.values.iter().enumerate() {
-        if v.meta_type() != a.elem_type {
-            return Err(GgufWriteError::ArrayTypeMismatch {
-                key: key.to_string(),
-                index,
-                expected: a.elem_type,
-                found: v.meta_type(),
-            });
-        }
-        if let MetaValue::Array(inner) = v {
-            check_array(key, inner)?;
-        }
-    }
-    Ok(())
-}
-
 impl GgufWriter {
     /// An empty GGUF v3 file with the default alignment (32).
     pub fn new() -> GgufWriter {
@@ -201,8 +184,7 @@ impl GgufWriter {
     }
 
     /// Adds a metadata entry. `general.alignment` must be a [`MetaValue::U32`] nonzero power
-    /// of two and sets the alignment; array elements must match the array's element type
-    /// and nest at most [`MAX_ARRAY_NESTING`] deep.
+    /// of two and sets the alignment; arrays must nest at most [`MAX_ARRAY_NESTING`] deep.
     pub fn add(&mut self, key: &str, value: impl Into<MetaValue>) -> Result<&mut GgufWriter, GgufWriteError> {
         let value = value.into();
         if self.keys.contains(key) {
@@ -212,7 +194,6 @@ impl GgufWriter {
             if a.nesting_depth() > MAX_ARRAY_NESTING {
                 return Err(GgufWriteError::NestingTooDeep { key: key.to_string(), max: MAX_ARRAY_NESTING });
             }
-            check_array(key, a)?;
         }
         if key == ALIGNMENT_KEY {
             match value {
@@ -600,18 +581,27 @@ fn write_value<W: Write>(w: &mut Counting<W>, value: &MetaValue) -> io::Result<(
         MetaValue::F64(x) => w.put(&x.to_le_bytes()),
         MetaValue::Bool(x) => w.put(&[u8::from(*x)]),
         MetaValue::String(s) => w.put_str(s),
-        MetaValue::Array(a) => {
-            w.put(&a.elem_type.id().to_le_bytes())?;
-            w.put(&(a.values.len() as u64).to_le_bytes())?;
-            a.values.iter().try_for_each(|v| write_value(w, v))
-        }
+        MetaValue::Array(a) => write_array(w, a),
     }
+}
+
+/// Writes an array's header (element type, count) and its elements.
+fn write_array<W: Write>(w: &mut Counting<W>, a: &MetaArray) -> io::Result<()> {
+    w.put(&a.elem_type().id().to_le_bytes())?;
+    w.put(&(a.len() as u64).to_le_bytes())?;
+    if let Some(bytes) = a.scalar_bytes() {
+        return w.put(bytes);
+    }
+    if let Some(mut strings) = a.strs() {
+        return strings.try_for_each(|s| w.put_str(s));
+    }
+    a.arrays().unwrap_or_default().iter().try_for_each(|inner| write_array(w, inner))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf::MetaType;
+    use crate::gguf::{MetaArrayTypeMismatch, MetaType};
 
     #[test]
     fn layout_matches_the_bytes() {
@@ -758,7 +748,13 @@ mod tests {
         assert!(matches!(w.add("general.alignment", 3u32), Err(GgufWriteError::BadAlignment { .. })));
         assert!(matches!(w.add("general.alignment", 64u64), Err(GgufWriteError::BadAlignment { .. })));
         let bad = MetaArray::new(MetaType::U8, vec![MetaValue::U8(1), MetaValue::I8(2)]);
-        assert!(matches!(w.add("arr", bad), Err(GgufWriteError::ArrayTypeMismatch { index: 1, .. })));
+        let mismatch = MetaArrayTypeMismatch { index: 1, expected: MetaType::U8, found: MetaType::I8 };
+        assert_eq!(bad, Err(mismatch));
+        let strings = MetaArray::new(MetaType::String, vec!["a".into(), MetaValue::Array(MetaArray::of_u32([1]))]);
+        assert_eq!(
+            strings.map_err(|e| e.to_string()),
+            Err("array element 1 is array, but the array holds string".into())
+        );
         assert!(matches!(
             w.add_tensor("t", DType::TQ2_0, &[100, 2], vec![0; 132]),
             Err(GgufWriteError::NotWholeBlocks { ne0: 100, block_len: 256, .. })
