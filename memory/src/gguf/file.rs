@@ -18,7 +18,7 @@ use crate::{ggml_type_name, DType, HostTensor, Registry, Shape, TensorId};
 
 use super::cursor::Cursor;
 use super::map_guard::GuardedMap;
-use super::meta_array::MetaArray;
+use super::meta_array::{MetaArray, Strs};
 use super::metadata::{read_value, MetaType, MetaValue, Mismatch};
 use super::watch::FileWatch;
 use super::GgufError;
@@ -385,8 +385,17 @@ impl GgufFile {
 
     /// An array of strings (for example `tokenizer.ggml.tokens`).
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>, GgufError> {
+        Ok(self.get_strs(key)?.collect())
+    }
+
+    /// The strings of an array of strings, borrowed one at a time: a tokenizer's 128K
+    /// tokens need no vector of their own.
+    pub fn get_strs(&self, key: &str) -> Result<Strs<'_>, GgufError> {
         let a = self.typed_array(key, &[MetaType::String], "array of string")?;
-        Ok(a.strs().map(Iterator::collect).unwrap_or_default())
+        let found = || format!("array of {}", a.elem_type());
+        a.strs().ok_or_else(|| {
+            self.mismatch(key, Mismatch::WrongType { expected: "array of string".into(), found: found() })
+        })
     }
 
     fn int_array<T: TryFrom<i128>>(&self, key: &str, target: &'static str) -> Result<Vec<T>, GgufError> {

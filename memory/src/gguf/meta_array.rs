@@ -186,8 +186,8 @@ impl MetaArray {
     }
 
     /// The strings of an array of strings, in order; `None` for other arrays.
-    pub fn strs(&self) -> Option<impl Iterator<Item = &str> + '_> {
-        matches!(self.items, Items::Strings { .. }).then(|| (0..self.len()).filter_map(|i| self.str_at(i)))
+    pub fn strs(&self) -> Option<Strs<'_>> {
+        matches!(self.items, Items::Strings { .. }).then_some(Strs { array: self, next: 0, end: self.len() })
     }
 
     /// The elements of an array of arrays; `None` for other arrays.
@@ -214,6 +214,31 @@ impl MetaArray {
         inner.saturating_add(1)
     }
 }
+
+/// The strings of an array of strings, borrowed ([`MetaArray::strs`]).
+#[derive(Clone, Debug)]
+pub struct Strs<'a> {
+    array: &'a MetaArray,
+    next: usize,
+    end: usize,
+}
+
+impl<'a> Iterator for Strs<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let s = self.array.str_at(self.next).filter(|_| self.next < self.end)?;
+        self.next += 1;
+        Some(s)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end.saturating_sub(self.next);
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Strs<'_> {}
 
 /// Reads an array header and its elements; `level` is this array's nesting level (1 for a
 /// top-level array).

@@ -38,7 +38,7 @@ mod writer;
 pub use error::{GgufError, GgufWriteError, MetaArrayTypeMismatch};
 pub use file::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 pub use map_guard::GuardedMap;
-pub use meta_array::MetaArray;
+pub use meta_array::{MetaArray, Strs};
 pub use metadata::{MetaType, MetaValue, MAX_ARRAY_NESTING};
 pub use watch::FileWatch;
 pub use writer::{GgufLayout, GgufStreamWriter, GgufWriter, KvLayout, TensorInfoLayout, MAX_TENSOR_NAME_LEN};

@@ -11,6 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::error::TokenizerError;
+use super::vocab::Vocab;
 
 /// What merging a pair of tokens gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,26 +29,25 @@ pub(crate) struct MergeTable {
 }
 
 impl MergeTable {
-    /// Parses `merges` ("left right", rank = index) against the vocabulary `ids` (token
-    /// text to id). Each part and the joined result must be tokens. As in llama.cpp, the
+    /// Parses `merges` ("left right", rank = index) against the vocabulary. Each part and the joined result must be tokens. As in llama.cpp, the
     /// separator is the first space after the first byte, and when a pair appears twice the
     /// lower rank wins.
-    pub(crate) fn new(merges: &[String], ids: &HashMap<String, u32>) -> Result<MergeTable, TokenizerError> {
-        let mut pairs = HashMap::with_capacity(merges.len());
+    pub(crate) fn new<'a>(merges: impl Iterator<Item = &'a str>, vocab: &Vocab) -> Result<MergeTable, TokenizerError> {
+        let mut pairs = HashMap::with_capacity(merges.size_hint().0);
         let mut joined = String::new();
-        for (rank, merge) in merges.iter().enumerate() {
+        for (rank, merge) in merges.enumerate() {
             // A space is ASCII, so its byte index is a char boundary.
             let sep = merge
                 .bytes()
                 .skip(1)
                 .position(|b| b == b' ')
                 .map(|i| i + 1)
-                .ok_or_else(|| TokenizerError::MalformedMerge { rank, merge: merge.clone() })?;
+                .ok_or_else(|| TokenizerError::MalformedMerge { rank, merge: merge.to_string() })?;
             let (left, right) = (&merge[..sep], &merge[sep + 1..]);
             let lookup = |token: &str| {
-                ids.get(token).copied().ok_or_else(|| TokenizerError::MergeTokenNotInVocab {
+                vocab.id(token).ok_or_else(|| TokenizerError::MergeTokenNotInVocab {
                     rank,
-                    merge: merge.clone(),
+                    merge: merge.to_string(),
                     token: token.to_string(),
                 })
             };
@@ -57,7 +57,7 @@ impl MergeTable {
             joined.push_str(right);
             let id = lookup(&joined)?;
             let rank =
-                u32::try_from(rank).map_err(|_| TokenizerError::MalformedMerge { rank, merge: merge.clone() })?;
+                u32::try_from(rank).map_err(|_| TokenizerError::MalformedMerge { rank, merge: merge.to_string() })?;
             pairs.entry((l, r)).or_insert(Merge { rank, id });
         }
         Ok(MergeTable { pairs })
@@ -144,26 +144,23 @@ struct Candidate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::TokenType;
 
     /// A vocabulary of single letters `a`..=`e` (ids 0..=4) plus the given merged tokens.
-    fn table(merges: &[&str], extra: &[&str]) -> (MergeTable, HashMap<String, u32>) {
-        let mut ids = HashMap::new();
-        for (i, t) in ["a", "b", "c", "d", "e"].iter().chain(extra).enumerate() {
-            ids.insert(t.to_string(), i as u32);
-        }
-        let merges: Vec<String> = merges.iter().map(|m| m.to_string()).collect();
-        match MergeTable::new(&merges, &ids) {
-            Ok(t) => (t, ids),
+    fn table(merges: &[&str], extra: &[&str]) -> (MergeTable, Vocab) {
+        let texts: Vec<&str> = ["a", "b", "c", "d", "e"].iter().chain(extra).copied().collect();
+        let vocab = Vocab::new(texts.iter().copied(), &vec![TokenType::Normal; texts.len()]);
+        match MergeTable::new(merges.iter().copied(), &vocab) {
+            Ok(t) => (t, vocab),
             Err(e) => panic!("{e}"),
         }
     }
 
-    fn encode(t: &MergeTable, ids: &HashMap<String, u32>, word: &str) -> Vec<String> {
-        let initial: Vec<Option<u32>> = word.chars().map(|c| ids.get(&c.to_string()).copied()).collect();
+    fn encode(t: &MergeTable, vocab: &Vocab, word: &str) -> Vec<String> {
+        let initial: Vec<Option<u32>> = word.chars().map(|c| vocab.id(&c.to_string())).collect();
         let mut out = Vec::new();
         t.encode_word(&initial, &mut out);
-        let names: HashMap<u32, &String> = ids.iter().map(|(k, v)| (*v, k)).collect();
-        out.iter().map(|i| names[i].clone()).collect()
+        out.iter().map(|&i| vocab.text(i).unwrap_or_default().to_string()).collect()
     }
 
     #[test]
@@ -216,24 +213,23 @@ mod tests {
 
     #[test]
     fn malformed_and_unknown_merges_are_named() {
-        let ids: HashMap<String, u32> = [("a", 0), ("b", 1)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        let err = MergeTable::new(&["ab".to_string()], &ids).err().map(|e| e.to_string());
+        let vocab = |texts: &[&str]| Vocab::new(texts.iter().copied(), &vec![TokenType::Normal; texts.len()]);
+        let ids = vocab(&["a", "b"]);
+        let err = MergeTable::new(["ab"].into_iter(), &ids).err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("tokenizer.ggml.merges[0] = 'ab' is not of the form 'left right'"));
-        let err = MergeTable::new(&["a b".to_string()], &ids).err().map(|e| e.to_string());
+        let err = MergeTable::new(["a b"].into_iter(), &ids).err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("tokenizer.ggml.merges[0] = 'a b' names 'ab', which is not in tokenizer.ggml.tokens")
         );
-        let err = MergeTable::new(&["a x".to_string()], &ids).err().map(|e| e.to_string());
+        let err = MergeTable::new(["a x"].into_iter(), &ids).err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some("tokenizer.ggml.merges[0] = 'a x' names 'x', which is not in tokenizer.ggml.tokens")
         );
-        let err = MergeTable::new(&[" a".to_string()], &ids).err().map(|e| e.to_string());
+        let err = MergeTable::new([" a"].into_iter(), &ids).err().map(|e| e.to_string());
         assert!(err.is_some_and(|e| e.contains("merges[0]")));
         // A multi-byte first character is fine (the separator search works on bytes).
-        let ids: HashMap<String, u32> =
-            [("é", 0), ("b", 1), ("éb", 2)].iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        assert!(MergeTable::new(&["é b".to_string()], &ids).is_ok());
+        assert!(MergeTable::new(["é b"].into_iter(), &vocab(&["é", "b", "éb"])).is_ok());
     }
 }

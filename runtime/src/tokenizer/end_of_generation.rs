@@ -24,10 +24,13 @@ const END_OF_GENERATION_TEXTS: [&str; 12] = [
 
 /// The ids of the tokens whose text is an end-of-generation text. Only control and
 /// user-defined tokens count: a normal token spelled `</s>` is text a model may write.
-pub(crate) fn ids_by_text<'a>(texts: &'a [String], types: &'a [TokenType]) -> impl Iterator<Item = u32> + 'a {
-    texts.iter().zip(types).zip(0u32..).filter_map(|((text, &ty), id)| {
+pub(crate) fn ids_by_text<'a>(
+    texts: impl Iterator<Item = &'a str> + 'a,
+    types: &'a [TokenType],
+) -> impl Iterator<Item = u32> + 'a {
+    texts.zip(types).zip(0u32..).filter_map(|((text, &ty), id)| {
         let special = matches!(ty, TokenType::Control | TokenType::UserDefined);
-        (special && END_OF_GENERATION_TEXTS.contains(&text.as_str())).then_some(id)
+        (special && END_OF_GENERATION_TEXTS.contains(&text)).then_some(id)
     })
 }
 
@@ -50,6 +53,6 @@ mod tests {
             TokenType::Normal,
             TokenType::Unknown,
         ];
-        assert_eq!(ids_by_text(&texts, &types).collect::<Vec<_>>(), [0, 2, 4]);
+        assert_eq!(ids_by_text(texts.iter().map(String::as_str), &types).collect::<Vec<_>>(), [0, 2, 4]);
     }
 }

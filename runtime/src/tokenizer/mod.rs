@@ -40,14 +40,15 @@ mod error;
 mod pretokenize;
 mod special;
 mod stream;
+mod vocab;
 
-use std::collections::HashMap;
 use std::fmt;
 
 use purebee_memory::gguf::GgufFile;
 
 use bpe::MergeTable;
 use special::{Fragment, SpecialToken};
+use vocab::Vocab;
 
 pub use error::TokenizerError;
 pub use pretokenize::{PreTokenizer, PreTokenizerKind};
@@ -126,16 +127,23 @@ pub struct TokenizerParts {
     pub eog: Vec<u32>,
 }
 
+/// [`TokenizerParts`] less the texts, which [`Tokenizer::build`] borrows.
+struct Settings {
+    token_types: Option<Vec<i32>>,
+    pre: String,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    eog: Vec<u32>,
+}
+
 /// A byte-level BPE tokenizer. See the [module documentation](self).
 #[derive(Clone)]
 pub struct Tokenizer {
-    /// Token texts as stored, id = index.
-    texts: Vec<String>,
+    /// Token texts as stored (id = index), the bytes each decodes to, and text to id (with
+    /// duplicate texts the last id wins, as in llama.cpp).
+    vocab: Vocab,
     types: Vec<TokenType>,
-    /// The bytes each token decodes to.
-    pieces: Vec<Box<[u8]>>,
-    /// Token text to id; with duplicate texts the last id wins, as in llama.cpp.
-    ids: HashMap<String, u32>,
     /// The token of each single byte, in the byte-level alphabet.
     byte_ids: [Option<u32>; 256],
     merges: MergeTable,
@@ -151,7 +159,7 @@ pub struct Tokenizer {
 impl fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("tokens", &self.texts.len())
+            .field("tokens", &self.vocab.len())
             .field("merges", &self.merges.len())
             .field("pre", &self.pre.kind())
             .field("special_tokens", &self.specials.len())
@@ -170,6 +178,17 @@ impl Tokenizer {
     /// supported pre-tokenizer (an unknown `pre` is an error, never a silent fallback).
     pub fn from_parts(parts: TokenizerParts) -> Result<Tokenizer, TokenizerError> {
         let TokenizerParts { tokens, merges, token_types, pre, bos, eos, add_bos, eog } = parts;
+        let settings = Settings { token_types, pre, bos, eos, add_bos, eog };
+        Tokenizer::build(tokens.iter().map(String::as_str), merges.iter().map(String::as_str), settings)
+    }
+
+    /// [`Tokenizer::from_parts`] over borrowed texts: a GGUF file's arrays are read in place.
+    fn build<'a>(
+        tokens: impl ExactSizeIterator<Item = &'a str> + Clone,
+        merges: impl Iterator<Item = &'a str>,
+        settings: Settings,
+    ) -> Result<Tokenizer, TokenizerError> {
+        let Settings { token_types, pre, bos, eos, add_bos, eog } = settings;
         let n = tokens.len();
         if n == 0 {
             return Err(TokenizerError::EmptyVocabulary);
@@ -193,7 +212,7 @@ impl Tokenizer {
                     .map(|(&value, id)| {
                         TokenType::from_gguf(value).ok_or_else(|| TokenizerError::UnknownTokenType {
                             id,
-                            token: tokens.get(id as usize).cloned().unwrap_or_default(),
+                            token: tokens.clone().nth(id as usize).unwrap_or_default().to_string(),
                             value,
                         })
                     })
@@ -220,41 +239,33 @@ impl Tokenizer {
             return Err(TokenizerError::AddBosWithoutBos);
         }
 
-        let mut ids = HashMap::with_capacity(n);
-        for (text, id) in tokens.iter().zip(0u32..) {
-            if !text.is_empty() {
-                ids.insert(text.clone(), id);
-            }
-        }
+        let vocab = Vocab::new(tokens, &types);
         let mut byte_ids = [None; 256];
         let mut spelled = String::new();
         for (b, slot) in (0..=255u8).zip(byte_ids.iter_mut()) {
             spelled.clear();
             spelled.push(bytes::byte_to_char(b));
-            *slot = ids.get(&spelled).copied();
+            *slot = vocab.id(&spelled);
         }
-        let merges = MergeTable::new(&merges, &ids)?;
-        let pieces = tokens.iter().zip(&types).map(|(text, &ty)| decode_piece(text, ty)).collect();
-        let mut specials: Vec<SpecialToken> = tokens
-            .iter()
+        let merges = MergeTable::new(merges, &vocab)?;
+        let mut specials: Vec<SpecialToken> = vocab
+            .texts()
             .zip(&types)
             .zip(0u32..)
             .filter(|((text, ty), _)| {
                 !text.is_empty() && matches!(ty, TokenType::Control | TokenType::Unknown | TokenType::UserDefined)
             })
-            .map(|((text, &ty), id)| SpecialToken { id, text: text.clone(), always: ty == TokenType::UserDefined })
+            .map(|((text, &ty), id)| SpecialToken { id, text: text.to_string(), always: ty == TokenType::UserDefined })
             .collect();
         special::sort_for_matching(&mut specials);
         let mut eog = eog;
-        eog.extend(end_of_generation::ids_by_text(&tokens, &types));
+        eog.extend(end_of_generation::ids_by_text(vocab.texts(), &types));
         eog.sort_unstable();
         eog.dedup();
 
         Ok(Tokenizer {
-            texts: tokens,
+            vocab,
             types,
-            pieces,
-            ids,
             byte_ids,
             merges,
             pre: PreTokenizer::new(kind)?,
@@ -290,11 +301,8 @@ impl Tokenizer {
                 supported: SUPPORTED_MODELS.to_string(),
             });
         }
-        let strings = |key: &str| -> Result<Vec<String>, TokenizerError> {
-            Ok(file.get_str_array(key)?.into_iter().map(str::to_string).collect())
-        };
-        let tokens = strings(KEY_TOKENS)?;
-        let merges = strings(KEY_MERGES)?;
+        let tokens = file.get_strs(KEY_TOKENS)?;
+        let merges = file.get_strs(KEY_MERGES)?;
         let present = |key: &str| file.get(key).is_some();
         let token_types = if present(KEY_TOKEN_TYPE) { Some(file.get_i32_array(KEY_TOKEN_TYPE)?) } else { None };
         let pre = if present(KEY_PRE) { file.get_str(KEY_PRE)?.to_string() } else { "default".to_string() };
@@ -307,7 +315,7 @@ impl Tokenizer {
         } else {
             PreTokenizerKind::from_name(&pre).is_some_and(PreTokenizerKind::adds_bos_by_default)
         };
-        Tokenizer::from_parts(TokenizerParts { tokens, merges, token_types, pre, bos, eos, add_bos, eog })
+        Tokenizer::build(tokens, merges, Settings { token_types, pre, bos, eos, add_bos, eog })
     }
 
     /// Encodes `text` to token ids.
@@ -340,7 +348,7 @@ impl Tokenizer {
         if self.pre.kind().ignores_merges() {
             spelled.clear();
             bytes::encode_into(word.as_bytes(), spelled);
-            if let Some(&id) = self.ids.get(spelled.as_str()) {
+            if let Some(id) = self.vocab.id(spelled) {
                 out.push(id);
                 return;
             }
@@ -355,7 +363,7 @@ impl Tokenizer {
     /// control tokens to produce nothing check [`Tokenizer::is_control`], or use
     /// [`StreamDecoder::skip_control`]). An id past the vocabulary gives no bytes.
     pub fn decode_token(&self, id: u32) -> &[u8] {
-        self.pieces.get(id as usize).map_or(&[], |p| p)
+        self.vocab.piece(id)
     }
 
     /// Decodes ids to text; invalid UTF-8 (an incomplete character at either end)
@@ -372,7 +380,7 @@ impl Tokenizer {
 
     /// The vocabulary size.
     pub fn token_count(&self) -> usize {
-        self.texts.len()
+        self.vocab.len()
     }
 
     /// The BOS id, if the vocabulary has one.
@@ -408,60 +416,16 @@ impl Tokenizer {
 
     /// The stored text of token `id` (byte-level spelling for normal tokens).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.texts.get(id as usize).map(String::as_str)
+        self.vocab.text(id)
     }
 
     /// The id of the token whose stored text is `text`.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.ids.get(text).copied()
+        self.vocab.id(text)
     }
 
     /// The pre-tokenizer in use.
     pub fn pre_tokenizer(&self) -> PreTokenizerKind {
         self.pre.kind()
-    }
-}
-
-/// The bytes a token decodes to (see [`Tokenizer::decode_token`]).
-fn decode_piece(text: &str, ty: TokenType) -> Box<[u8]> {
-    match ty {
-        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => text.as_bytes().into(),
-        TokenType::Byte => match parse_byte_token(text) {
-            Some(b) => Box::new([b]),
-            None => bytes::decode_text(text).into(),
-        },
-        TokenType::Normal | TokenType::Undefined | TokenType::Unused => bytes::decode_text(text).into(),
-    }
-}
-
-/// The byte of a `<0xHH>` token text.
-fn parse_byte_token(text: &str) -> Option<u8> {
-    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
-    if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u8::from_str_radix(hex, 16).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_tokens_parse() {
-        assert_eq!(parse_byte_token("<0x0A>"), Some(10));
-        assert_eq!(parse_byte_token("<0xff>"), Some(255));
-        assert_eq!(parse_byte_token("<0x1>"), None);
-        assert_eq!(parse_byte_token("<0x+1>"), None);
-        assert_eq!(parse_byte_token("0x0A"), None);
-    }
-
-    #[test]
-    fn pieces_follow_the_token_type() {
-        assert_eq!(&*decode_piece("Ġhi", TokenType::Normal), b" hi");
-        assert_eq!(&*decode_piece("<|im_end|>", TokenType::Control), b"<|im_end|>");
-        assert_eq!(&*decode_piece("ĠĠ", TokenType::UserDefined), "ĠĠ".as_bytes());
-        assert_eq!(&*decode_piece("<0x0A>", TokenType::Byte), b"\n");
-        assert_eq!(&*decode_piece("Ċ", TokenType::Byte), b"\n");
     }
 }

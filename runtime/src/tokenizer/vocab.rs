@@ -1,0 +1,178 @@
+//! The vocabulary: each token's text and the bytes it decodes to, stored end to end, and
+//! a text → id index that holds ids, not texts.
+//!
+//! A tokenizer once kept a `String` and a boxed byte slice per token and a hash map keyed
+//! by another copy of every text: for SmolLM2's 49,152 tokens about 150,000 small
+//! allocations and several MB of heap in every `run` and `serve`.
+
+use std::hash::{BuildHasher, RandomState};
+use std::ops::Range;
+
+use hashbrown::HashTable;
+
+use super::{bytes, TokenType};
+
+#[derive(Clone)]
+pub(crate) struct Vocab {
+    /// The token texts end to end; token `i`'s ends at `text_ends[i]`.
+    text: String,
+    text_ends: Vec<usize>,
+    /// The bytes each token decodes to ([`piece_of`]), likewise.
+    pieces: Vec<u8>,
+    piece_ends: Vec<usize>,
+    /// The ids of the non-empty texts, hashed by their text with `hasher`. Of tokens with
+    /// the same text only the last is kept, as in llama.cpp's map.
+    index: HashTable<u32>,
+    hasher: RandomState,
+}
+
+impl Vocab {
+    /// The vocabulary of `texts`, whose token `i` has type `types[i]` (the caller checked
+    /// that the counts agree and fit u32).
+    pub(crate) fn new<'a>(texts: impl Iterator<Item = &'a str>, types: &[TokenType]) -> Vocab {
+        let n = types.len();
+        let mut v = Vocab {
+            text: String::new(),
+            text_ends: Vec::with_capacity(n),
+            pieces: Vec::new(),
+            piece_ends: Vec::with_capacity(n),
+            index: HashTable::with_capacity(n),
+            hasher: RandomState::new(),
+        };
+        for (t, &ty) in texts.zip(types) {
+            v.text.push_str(t);
+            v.text_ends.push(v.text.len());
+            piece_of(t, ty, &mut v.pieces);
+            v.piece_ends.push(v.pieces.len());
+        }
+        v.text.shrink_to_fit();
+        v.pieces.shrink_to_fit();
+        let Vocab { text, text_ends, index, hasher, .. } = &mut v;
+        for id in (0u32..).take(text_ends.len()) {
+            let t = text_at(text, text_ends, id);
+            if t.is_empty() {
+                continue;
+            }
+            let hash = hasher.hash_one(t);
+            match index.find_mut(hash, |&other| text_at(text, text_ends, other) == t) {
+                Some(kept) => *kept = id,
+                None => {
+                    index.insert_unique(hash, id, |&other| hasher.hash_one(text_at(text, text_ends, other)));
+                }
+            }
+        }
+        v
+    }
+
+    /// The number of tokens.
+    pub(crate) fn len(&self) -> usize {
+        self.text_ends.len()
+    }
+
+    /// Token `id`'s text, or `None` past the vocabulary.
+    pub(crate) fn text(&self, id: u32) -> Option<&str> {
+        ((id as usize) < self.len()).then(|| self.text_of(id))
+    }
+
+    /// Every token's text, in id order.
+    pub(crate) fn texts(&self) -> impl Iterator<Item = &str> + '_ {
+        (0u32..).take(self.len()).map(|id| self.text_of(id))
+    }
+
+    /// The bytes token `id` decodes to; none past the vocabulary.
+    pub(crate) fn piece(&self, id: u32) -> &[u8] {
+        self.pieces.get(span(&self.piece_ends, id)).unwrap_or_default()
+    }
+
+    /// The id of the token whose text is `text` (the last such token).
+    pub(crate) fn id(&self, text: &str) -> Option<u32> {
+        self.index.find(self.hasher.hash_one(text), |&id| self.text_of(id) == text).copied()
+    }
+
+    fn text_of(&self, id: u32) -> &str {
+        text_at(&self.text, &self.text_ends, id)
+    }
+}
+
+/// Where row `id` of rows stored end to end lies (row `i` ends at `ends[i]`); empty past
+/// the last row.
+fn span(ends: &[usize], id: u32) -> Range<usize> {
+    let id = id as usize;
+    let end = ends.get(id).copied().unwrap_or(0);
+    let start = id.checked_sub(1).and_then(|i| ends.get(i).copied()).unwrap_or(0);
+    start.min(end)..end
+}
+
+/// Text `id` of texts stored end to end.
+fn text_at<'a>(text: &'a str, ends: &[usize], id: u32) -> &'a str {
+    text.get(span(ends, id)).unwrap_or_default()
+}
+
+/// Appends the bytes a token decodes to (see [`super::Tokenizer::decode_token`]).
+fn piece_of(text: &str, ty: TokenType, out: &mut Vec<u8>) {
+    match ty {
+        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => out.extend_from_slice(text.as_bytes()),
+        TokenType::Byte => match parse_byte_token(text) {
+            Some(b) => out.push(b),
+            None => out.extend(bytes::decode_text(text)),
+        },
+        TokenType::Normal | TokenType::Undefined | TokenType::Unused => out.extend(bytes::decode_text(text)),
+    }
+}
+
+/// The byte of a `<0xHH>` token text.
+fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_tokens_parse() {
+        assert_eq!(parse_byte_token("<0x0A>"), Some(10));
+        assert_eq!(parse_byte_token("<0xff>"), Some(255));
+        assert_eq!(parse_byte_token("<0x1>"), None);
+        assert_eq!(parse_byte_token("<0x+1>"), None);
+        assert_eq!(parse_byte_token("0x0A"), None);
+    }
+
+    #[test]
+    fn pieces_follow_the_token_type() {
+        let piece = |text: &str, ty| {
+            let mut out = Vec::new();
+            piece_of(text, ty, &mut out);
+            out
+        };
+        assert_eq!(piece("Ġhi", TokenType::Normal), b" hi");
+        assert_eq!(piece("<|im_end|>", TokenType::Control), b"<|im_end|>");
+        assert_eq!(piece("ĠĠ", TokenType::UserDefined), "ĠĠ".as_bytes());
+        assert_eq!(piece("<0x0A>", TokenType::Byte), b"\n");
+        assert_eq!(piece("Ċ", TokenType::Byte), b"\n");
+    }
+
+    #[test]
+    fn texts_pieces_and_ids_read_back() {
+        let texts = ["a", "", "Ġb", "a", "<s>", "ü"];
+        let types = [
+            TokenType::Normal,
+            TokenType::Normal,
+            TokenType::Normal,
+            TokenType::Normal,
+            TokenType::Control,
+            TokenType::Normal,
+        ];
+        let v = Vocab::new(texts.into_iter(), &types);
+        assert_eq!(v.len(), 6);
+        assert_eq!(v.texts().collect::<Vec<_>>(), texts);
+        assert_eq!((v.text(5), v.text(6)), (Some("ü"), None));
+        assert_eq!((v.piece(2), v.piece(4), v.piece(1), v.piece(6)), (&b" b"[..], &b"<s>"[..], &b""[..], &b""[..]));
+        // The later of two equal texts wins; an empty text is no key.
+        assert_eq!((v.id("a"), v.id("Ġb"), v.id(""), v.id("b")), (Some(3), Some(2), None, None));
+    }
+}
