@@ -205,7 +205,14 @@ def _shutdown():
 class _Watchdog:
     """A POSIX timer whose expiry calls Bochs' cpu_set_killbit(0) on a glibc helper thread
     (SIGEV_THREAD): Bochs then leaves its loop at the next instruction boundary. A Python thread
-    could not do it: Session.run keeps the GIL. CPU 0 is the one every Session uses."""
+    could not do it: Session.run keeps the GIL. CPU 0 is the one every Session uses.
+
+    After the first expiry the timer fires again every REPEAT seconds until it is disarmed: a
+    fresh-clone CI run once spun in the endless-loop self-test for 17 minutes after its 0.5 s
+    timeout, so a single kill request can be lost. (A request that lands after a run has
+    returned is harmless: each run clears the kill bit when it starts.)"""
+
+    REPEAT = 0.25
 
     class _Sigevent(ctypes.Structure):
         _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
@@ -230,6 +237,7 @@ class _Watchdog:
         spec = self._Itimerspec()
         seconds = max(seconds, 1e-6)  # 0 would disarm the timer
         spec.value[0], spec.value[1] = int(seconds), int(seconds % 1 * 1e9)
+        spec.interval[0], spec.interval[1] = int(self.REPEAT), int(self.REPEAT % 1 * 1e9)
         self._libc.timer_settime(self._timer, 0, ctypes.byref(spec), None)
 
     def disarm(self):
