@@ -19,7 +19,7 @@ use crate::{ggml_type_name, DType, HostTensor, Registry, Shape, TensorId};
 use super::cursor::Cursor;
 use super::map_guard::GuardedMap;
 use super::meta_array::{MetaArray, Strs};
-use super::metadata::{read_value, MetaType, MetaValue, Mismatch};
+use super::metadata::{read_type, read_value, MetaType, MetaValue, Mismatch};
 use super::watch::FileWatch;
 use super::GgufError;
 
@@ -532,14 +532,7 @@ fn read_metadata(cur: &mut Cursor<'_>, count: usize) -> Result<(Entries, HashMap
         if key_index.contains_key(&key) {
             return Err(GgufError::DuplicateKey { path: cur.path().to_path_buf(), offset: key_offset, key });
         }
-        let type_offset = cur.offset();
-        let type_id = cur.u32(&|| format!("the value type of key '{key}'"))?;
-        let ty = MetaType::from_id(type_id).ok_or_else(|| GgufError::UnknownMetaType {
-            path: cur.path().to_path_buf(),
-            offset: type_offset,
-            key: key.clone(),
-            type_id,
-        })?;
+        let ty = read_type(cur, &key, "value type")?;
         let value = read_value(cur, ty, &key, 0)?;
         key_index.insert(key.clone(), metadata.len());
         metadata.push((key, value));

@@ -6,7 +6,7 @@
 //! as their little-endian bytes (as in the file) and strings end to end in one buffer.
 
 use super::cursor::Cursor;
-use super::metadata::{MetaType, MetaValue, MAX_ARRAY_NESTING};
+use super::metadata::{read_type, MetaType, MetaValue, MAX_ARRAY_NESTING};
 use super::{GgufError, MetaArrayTypeMismatch};
 
 /// An array value: every element has type [`MetaArray::elem_type`]; elements may
@@ -244,13 +244,7 @@ impl ExactSizeIterator for Strs<'_> {}
 /// top-level array).
 pub(crate) fn read_array(cur: &mut Cursor<'_>, key: &str, level: usize) -> Result<MetaArray, GgufError> {
     let type_offset = cur.offset();
-    let type_id = cur.u32(&|| format!("the array element type of key '{key}'"))?;
-    let elem_type = MetaType::from_id(type_id).ok_or_else(|| GgufError::UnknownMetaType {
-        path: cur.path().to_path_buf(),
-        offset: type_offset,
-        key: key.to_string(),
-        type_id,
-    })?;
+    let elem_type = read_type(cur, key, "array element type")?;
     if elem_type == MetaType::Array && level >= MAX_ARRAY_NESTING {
         return Err(GgufError::NestingTooDeep {
             path: cur.path().to_path_buf(),

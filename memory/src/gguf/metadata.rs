@@ -344,3 +344,16 @@ pub(crate) fn read_value(cur: &mut Cursor<'_>, ty: MetaType, key: &str, level: u
         MetaType::Array => MetaValue::Array(read_array(cur, key, level.saturating_add(1))?),
     })
 }
+
+/// Reads the u32 type id of `key`'s value (`what` names it in messages: "value type",
+/// "array element type").
+pub(crate) fn read_type(cur: &mut Cursor<'_>, key: &str, what: &str) -> Result<MetaType, GgufError> {
+    let offset = cur.offset();
+    let type_id = cur.u32(&|| format!("the {what} of key '{key}'"))?;
+    MetaType::from_id(type_id).ok_or_else(|| GgufError::UnknownMetaType {
+        path: cur.path().to_path_buf(),
+        offset,
+        key: key.to_string(),
+        type_id,
+    })
+}
