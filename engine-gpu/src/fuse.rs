@@ -35,6 +35,7 @@ use purebee_memory::{DType, TensorId};
 
 use crate::kernels::bitlinear::{self, Epilogue};
 use crate::kernels::elementwise::UnaryOp;
+use crate::kernels::rope_qkv::{self, RopeEpilogue};
 use crate::kernels::{linear, norm_quant, rope_kv, KernelCall, RecordCtx};
 use crate::GpuError;
 
@@ -126,6 +127,28 @@ pub(crate) enum Pattern {
     /// host may read the logits: usually it is kept). Needs `y` to fit one binding.
     #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::HeadArgmax
     ArgmaxPartials,
+    /// [`Pattern::MultiProduct`] (BITLINEAR or LINEAR) writing q, k and v, immediately
+    /// followed by [`Pattern::RopeKvWrite`]'s four instructions on them: the rotation and
+    /// the cache writes as the epilogue of the products' dispatch (`rope_qkv.wgsl`:
+    /// `gemv_multi_rope`, or `gemv_rows_multi_rope` on a CPU adapter's short LINEAR rows),
+    /// one workgroup (or row group) computing both rows of a rotation pair, so no dispatch
+    /// reads q and k back. Needs RopeKvWrite's preconditions with q, k and v the first,
+    /// second and third product's outputs, caches that are none of the products' inputs
+    /// (bound read-write beside them), and 3 more storage buffers per stage than the
+    /// products: 14 for BITLINEARs without output scales (whose entry point binds none),
+    /// 17 with them, 13 for LINEARs. k and v are written only when those writes are not
+    /// dead; q always (its ROPE's write is the one ATTENTION reads).
+    RopeEpilogue,
+}
+
+/// A fused [`Pattern::RopeEpilogue`] at the end of a merged q/k/v group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RopePart {
+    /// The first ROPE; the last instruction absorbed is `first + 3`.
+    pub first: usize,
+    /// Whether the rotated k and v are written to their tensors.
+    pub write_k: bool,
+    pub write_v: bool,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -167,14 +190,24 @@ pub(crate) struct QuantGroup {
     /// The products run as one dispatch ([`Pattern::MultiProduct`] or
     /// [`Pattern::GatedPair`]).
     pub merged: bool,
+    /// The merged q/k/v products' ROPE epilogue.
+    pub rope: Option<RopePart>,
+}
+
+/// The last instruction of a group: its ROPE epilogue's, its tail's or its last product.
+fn group_last(linears: &[usize], tail: Option<TailPart>, rope: Option<RopePart>) -> usize {
+    match (rope, tail) {
+        (Some(r), _) => r.first + 3,
+        (None, Some(t)) => t.last,
+        (None, None) => linears[linears.len() - 1],
+    }
 }
 
 impl QuantGroup {
     /// The instructions the group covers.
     pub fn range(&self) -> Range<usize> {
         let first = self.norm.map_or(self.linears[0], |n| n.index);
-        let last = self.tail.map_or(self.linears[self.linears.len() - 1], |a| a.last);
-        first..last + 1
+        first..group_last(&self.linears, self.tail, self.rope) + 1
     }
 
     /// The patterns the group applies.
@@ -190,6 +223,7 @@ impl QuantGroup {
         if self.merged {
             p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
         }
+        p.extend(self.rope.map(|_| Pattern::RopeEpilogue));
         p
     }
 }
@@ -208,14 +242,15 @@ pub(crate) struct LinearGroup {
     /// The products run as one dispatch ([`Pattern::MultiProduct`] or
     /// [`Pattern::GatedPair`]).
     pub merged: bool,
+    /// The merged q/k/v products' ROPE epilogue.
+    pub rope: Option<RopePart>,
 }
 
 impl LinearGroup {
     /// The instructions the group covers.
     pub fn range(&self) -> Range<usize> {
         let first = self.norm.map_or(self.linears[0], |n| n.index);
-        let last = self.tail.map_or(self.linears[self.linears.len() - 1], |a| a.last);
-        first..last + 1
+        first..group_last(&self.linears, self.tail, self.rope) + 1
     }
 
     /// The patterns the group applies.
@@ -231,6 +266,7 @@ impl LinearGroup {
         if self.merged {
             p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
         }
+        p.extend(self.rope.map(|_| Pattern::RopeEpilogue));
         p
     }
 }
@@ -357,7 +393,9 @@ pub(crate) fn record_linear(
     if g.merged {
         match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
             (&[a, b, c], None) => {
-                calls.extend(linear::multi_product(ctx, [linear_at(a)?, linear_at(b)?, linear_at(c)?], quantize)?);
+                let rope = g.rope.map(|r| rope_epilogue(instructions, &r)).transpose()?;
+                let ls = [linear_at(a)?, linear_at(b)?, linear_at(c)?];
+                calls.extend(linear::multi_product(ctx, ls, quantize, rope.as_ref())?);
             }
             (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
                 calls.extend(linear::gated_product(ctx, (linear_at(a)?, linear_at(b)?), op, quantize, write_out)?);
@@ -409,7 +447,18 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let norm =
         norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
     let merged = linears_mergeable(ctx, limits, instructions, &linears, tail);
-    let g = LinearGroup { norm, linears, tail, int8, merged };
+    let rope = if merged && tail.is_none() {
+        let ls = all_of(instructions, &linears, |i| match i {
+            Instruction::Linear(l) => Some(l),
+            _ => None,
+        })?;
+        let outs: Vec<TensorId> = ls.iter().map(|l| l.out).collect();
+        let inputs: Vec<TensorId> = ls.iter().flat_map(|l| [l.x, l.weight]).collect();
+        rope_epilogue_at(ctx, limits, instructions, last, (&outs, &inputs), linear::MULTI_STORAGE_BUFFERS)
+    } else {
+        None
+    };
+    let g = LinearGroup { norm, linears, tail, int8, merged, rope };
     (!g.patterns().is_empty()).then_some(g)
 }
 
@@ -580,6 +629,46 @@ fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option
     ok.then(|| !write_is_dead(instructions, i + 1, k, &[i + 2]))
 }
 
+/// The [`Pattern::RopeEpilogue`] after merged products, the last at `last_product`, that
+/// wrote `outs` (q, k, v) from `inputs` (bound read-only): when RopeKvWrite's four
+/// instructions on them follow, the caches are none of `inputs`, and the device binds
+/// `product_buffers` + 3 storage buffers per stage.
+fn rope_epilogue_at(
+    ctx: &RecordCtx,
+    limits: &Limits,
+    instructions: &[Instruction],
+    last_product: usize,
+    (outs, inputs): (&[TensorId], &[TensorId]),
+    product_buffers: u32,
+) -> Option<RopePart> {
+    let first = last_product + 1;
+    let write_k = rope_kv_at(ctx, instructions, first)?;
+    let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
+        instructions.get(first..first + 4)?
+    else {
+        return None;
+    };
+    let ok = outs == [rq.out, rk.out, kv.src]
+        && !inputs.contains(&kk.cache)
+        && !inputs.contains(&kv.cache)
+        && limits.max_storage_buffers >= product_buffers + rope_qkv::STORAGE_BUFFERS;
+    let write_v = !write_is_dead(instructions, last_product, kv.src, &[first + 3]);
+    ok.then_some(RopePart { first, write_k, write_v })
+}
+
+/// The ROPE epilogue of a group's products, as the dispatchers take it.
+fn rope_epilogue<'a>(instructions: &'a [Instruction], r: &RopePart) -> Result<RopeEpilogue<'a>, GpuError> {
+    match instructions.get(r.first..r.first + 4) {
+        Some(
+            [Instruction::Rope(rope_q), Instruction::Rope(_), Instruction::KvWrite(cache_k), Instruction::KvWrite(cache_v)],
+        ) => Ok(RopeEpilogue { rope_q, cache_k, cache_v, write_k: r.write_k, write_v: r.write_v }),
+        _ => Err(GpuError::Wgpu(format!(
+            "fusion plan: instructions {}.. are not ROPE, ROPE, KV_WRITE, KV_WRITE",
+            r.first
+        ))),
+    }
+}
+
 /// The kernel calls of a fused group.
 pub(crate) fn record(
     ctx: &RecordCtx,
@@ -603,7 +692,9 @@ pub(crate) fn record(
     if g.merged {
         match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
             (&[a, b, c], None) => {
-                calls.extend(bitlinear::multi_product(ctx, [bitlinear_at(a)?, bitlinear_at(b)?, bitlinear_at(c)?])?);
+                let rope = g.rope.map(|r| rope_epilogue(instructions, &r)).transpose()?;
+                let bs = [bitlinear_at(a)?, bitlinear_at(b)?, bitlinear_at(c)?];
+                calls.extend(bitlinear::multi_product(ctx, bs, rope.as_ref())?);
             }
             (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
                 calls.extend(bitlinear::gated_product(ctx, (bitlinear_at(a)?, bitlinear_at(b)?), op, write_out)?);
@@ -801,7 +892,19 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     let norm =
         norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
     let merged = bitlinears_mergeable(ctx, limits, instructions, &linears, tail);
-    let g = QuantGroup { norm, linears, tail, merged };
+    let rope = if merged && tail.is_none() {
+        let bs = all_of(instructions, &linears, |i| match i {
+            Instruction::BitLinear(b) => Some(b),
+            _ => None,
+        })?;
+        let outs: Vec<TensorId> = bs.iter().map(|b| b.out).collect();
+        let inputs: Vec<TensorId> = bs.iter().flat_map(|b| [b.x, b.weight].into_iter().chain(b.scale)).collect();
+        let buffers = bitlinear::multi_rope_storage_buffers(bs[0].scale.is_some());
+        rope_epilogue_at(ctx, limits, instructions, last, (&outs, &inputs), buffers)
+    } else {
+        None
+    };
+    let g = QuantGroup { norm, linears, tail, merged, rope };
     (!g.patterns().is_empty()).then_some(g)
 }
 
@@ -885,6 +988,87 @@ mod tests {
         assert_eq!(plan.patterns(), want);
         // Units per block: 4 groups + ADD(att) = 5.
         assert_eq!(plan.units.len(), 10);
+    }
+
+    /// q/k/v products of one token (BITLINEAR, or LINEAR with int8 blocks) after a norm,
+    /// then ROPE q, ROPE k and the two KV_WRITEs, then an ATTENTION reading q and the caches;
+    /// `cache_is_weight` writes k into the k weight's tensor instead of a cache (F32 LINEAR
+    /// weights).
+    fn qkv_rope(bitlinear: bool, cache_is_weight: bool) -> (Program, Registry) {
+        use purebee_isa::ops::{Attention, Rope, RopeStyle};
+        use purebee_isa::U32Arg;
+        let mut reg = Registry::new();
+        let mut b = ProgramBuilder::new("qkv", &mut reg);
+        let f = DType::F32;
+        // A weight of the caches' width when it stands in for the k cache.
+        let (d, kvw) = if cache_is_weight { (128, 128) } else { (256, 128) };
+        let x = b.declare("x", f, &[1, d]).expect("valid");
+        let h = b.declare("h", f, &[1, d]).expect("valid");
+        let nw = b.declare("nw", f, &[d]).expect("valid");
+        let (q, k, v) = (b.declare("q", f, &[1, d]), b.declare("k", f, &[1, kvw]), b.declare("v", f, &[1, kvw]));
+        let (q, k, v) = (q.expect("valid"), k.expect("valid"), v.expect("valid"));
+        let wt = match (bitlinear, cache_is_weight) {
+            (true, _) => DType::TQ2_0,
+            (false, false) => DType::Q8_0,
+            (false, true) => f,
+        };
+        let wq = b.declare("wq", wt, &[d, d]).expect("valid");
+        let wk = b.declare("wk", wt, &[kvw, d]).expect("valid");
+        let wv = b.declare("wv", wt, &[kvw, d]).expect("valid");
+        let kc = if cache_is_weight { wk } else { b.declare("kc", f, &[8, kvw]).expect("valid") };
+        let n_ctx = if cache_is_weight { kvw } else { 8 };
+        let vc = b.declare("vc", f, &[n_ctx, kvw]).expect("valid");
+        let att = b.declare("att", f, &[1, d]).expect("valid");
+        b.rms_norm(h, x, nw, 1e-5).expect("valid");
+        for (out, w) in [(q, wq), (k, wk), (v, wv)] {
+            if bitlinear {
+                b.bitlinear(out, h, w, None).expect("valid");
+            } else {
+                b.linear_with(out, h, w, LinearActivations::Int8Blocks).expect("valid");
+            }
+        }
+        let pos = U32Arg::Const(3);
+        let rope =
+            |t| Rope { out: t, x: t, head_dim: 64, rot_dim: 64, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
+        b.rope(rope(q)).expect("valid");
+        b.rope(rope(k)).expect("valid");
+        b.kv_write(kc, k, pos).expect("valid");
+        b.kv_write(vc, v, pos).expect("valid");
+        b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: 64, pos }).expect("valid");
+        (b.finish(), reg)
+    }
+
+    #[test]
+    fn q_k_v_products_carry_rope_and_the_cache_writes() {
+        use Pattern::*;
+        for bitlinear in [true, false] {
+            let (p, reg) = qkv_rope(bitlinear, false);
+            let plan = |max_storage_buffers| plan(&ctx(&reg), &Limits { max_storage_buffers }, p.instructions());
+            // norm, q, k, v, ROPE, ROPE, KV_WRITE, KV_WRITE in one group; ATTENTION alone.
+            let fused = plan(32);
+            let want = [SharedQuantization, NormQuantization, MultiProduct, RopeEpilogue];
+            assert_eq!(fused.patterns(), want, "bitlinear: {bitlinear}");
+            assert_eq!(fused.units.len(), 2, "{:?}", fused.units);
+            // k and v are read by nothing after the caches: only the caches get them.
+            let rope = match &fused.units[0] {
+                Unit::Quant(g) => g.rope,
+                Unit::Linear(g) => g.rope,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(rope, Some(RopePart { first: 4, write_k: true, write_v: true }));
+            // Too few storage buffers for the epilogue's three: the products stay merged and
+            // the ROPE/KV_WRITE dispatch of its own follows.
+            let products =
+                if bitlinear { bitlinear::multi_rope_storage_buffers(false) } else { linear::MULTI_STORAGE_BUFFERS };
+            let fewer = plan(products + rope_qkv::STORAGE_BUFFERS - 1);
+            assert!(fewer.patterns().contains(&RopeKvWrite), "{:?}", fewer.patterns());
+            assert!(!fewer.patterns().contains(&RopeEpilogue));
+        }
+        // A cache that is also a product's weight (bound read-only there) is not fused.
+        let (p, reg) = qkv_rope(false, true);
+        let plan = plan(&ctx(&reg), &Limits { max_storage_buffers: 32 }, p.instructions());
+        assert!(plan.patterns().contains(&MultiProduct), "{:?}", plan.patterns());
+        assert!(!plan.patterns().contains(&RopeEpilogue), "{:?}", plan.patterns());
     }
 
     #[test]

@@ -32,6 +32,7 @@ use purebee_memory::DType;
 use super::elementwise::{BinaryOp, UnaryOp};
 pub(crate) use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
+use super::rope_qkv::{self, RopeArgs, RopeEpilogue};
 use super::{KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
@@ -55,6 +56,8 @@ pub(crate) struct Params {
     /// `gemv_multi` (bitlinear_multi.wgsl): the first row of weights 1 and 2; else 0.
     pub split: [u32; 2],
     pub _pad: u32,
+    /// `gemv_multi_rope` (rope_qkv.wgsl): the rotation and the caches; else zeros.
+    pub rope: RopeArgs,
 }
 
 fn too_large(what: &str) -> GpuError {
@@ -92,6 +95,7 @@ fn dims(ctx: &RecordCtx, b: &BitLinear) -> Result<Option<Dims>, GpuError> {
         words: u(k / super::layout::CODES_PER_WORD, "the row length")?,
         split: [0; 2],
         _pad: 0,
+        rope: RopeArgs::default(),
     };
     Ok(Some(Dims { n, k, params, row_scale: u32::from(w.dtype == DType::I2_S) }))
 }
@@ -197,6 +201,17 @@ pub(crate) fn product(
 
 /// Storage buffers `gemv_multi` binds (bindings 5, 6 and 10..=21).
 pub(crate) const MULTI_STORAGE_BUFFERS: u32 = 14;
+
+/// Storage buffers the products of `gemv_multi_rope` bind, before the epilogue's
+/// [`rope_qkv::STORAGE_BUFFERS`]: `gemv_multi`'s, less the three output scales (16..=18)
+/// when the BITLINEARs have none (only `gemv_multi_rope_scaled` binds them).
+pub(crate) fn multi_rope_storage_buffers(has_scale: bool) -> u32 {
+    if has_scale {
+        MULTI_STORAGE_BUFFERS
+    } else {
+        MULTI_STORAGE_BUFFERS - 3
+    }
+}
 /// Storage buffers `gemv_gated` binds (bindings 5, 6, 10, 11, 13, 14, 16..=18, 19, 20).
 pub(crate) const GATED_STORAGE_BUFFERS: u32 = 11;
 
@@ -230,8 +245,14 @@ fn multi_shader(ctx: &RecordCtx) -> Shader {
 }
 
 /// The products of three one-token BITLINEARs of one quantized `x` in one dispatch
-/// (`gemv_multi`): rows of the three weights in one grid.
-pub(crate) fn multi_product(ctx: &RecordCtx, bs: [&BitLinear; 3]) -> Result<Option<KernelCall>, GpuError> {
+/// (`gemv_multi`): rows of the three weights in one grid; with `rope`, the rotation of q and
+/// k and the cache writes as its epilogue (`gemv_multi_rope`, a workgroup per rotation pair
+/// of q or k and per row of v).
+pub(crate) fn multi_product(
+    ctx: &RecordCtx,
+    bs: [&BitLinear; 3],
+    rope: Option<&RopeEpilogue>,
+) -> Result<Option<KernelCall>, GpuError> {
     let mut dims3 = Vec::new();
     for b in bs {
         let Some(d) = dims(ctx, b)? else { return Ok(None) };
@@ -243,13 +264,29 @@ pub(crate) fn multi_product(ctx: &RecordCtx, bs: [&BitLinear; 3]) -> Result<Opti
     params.m = total;
     params.split = [m0, m0 + m1];
     let (acts, act_scales) = scratch(1, dims3[0].k);
-    let (constants, mut storage) = multi_bindings(&bs, dims3[0].row_scale);
+    let (mut constants, mut storage) = multi_bindings(&bs, dims3[0].row_scale);
     storage.extend([(5, acts), (6, act_scales)]);
+    let (entry, groups) = match rope {
+        None => ("gemv_multi", total as usize),
+        Some(r) => {
+            params.rope = r.args(ctx)?;
+            constants.extend(r.constants());
+            storage.extend(r.storage());
+            let entry = if bs[0].scale.is_some() {
+                "gemv_multi_rope_scaled"
+            } else {
+                // This entry point binds no output scale (16..=18).
+                storage.retain(|(binding, _)| !(16..=18).contains(binding));
+                "gemv_multi_rope"
+            };
+            (entry, rope_qkv::items(m0, m1, m2))
+        }
+    };
     Ok(Some(KernelCall {
-        key: PipelineKey { shader: multi_shader(ctx), entry: "gemv_multi", constants },
+        key: PipelineKey { shader: multi_shader(ctx), entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
         storage,
-        workgroups: ctx.grid_1d(total as usize, 1),
+        workgroups: ctx.grid_1d(groups, 1),
     }))
 }
 
@@ -284,7 +321,7 @@ pub(crate) fn gated_product(
 mod tests {
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in bitlinear.wgsl: eight u32 fields, 32 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 32);
+        // `struct Params` in bitlinear.wgsl: sixteen u32 fields, 64 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 64);
     }
 }

@@ -38,6 +38,15 @@ struct Params {
     split1: u32,
     split2: u32,
     _pad0: u32,
+    // gemv_multi_rope only (rope_qkv.wgsl; 0 elsewhere): the rotation and the caches.
+    rope_head_dim: u32,
+    rope_k_ctx: u32,
+    rope_v_ctx: u32,
+    rope_pad: u32,
+    rope_pos_value: u32,
+    rope_pos_param: u32,
+    rope_base_value: u32,
+    rope_base_param: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -6,6 +6,10 @@
 //   one grid of m0 + m1 + m2 workgroups, rows [0, split1) of weight 0, [split1, split2) of
 //   weight 1, the rest of weight 2; each workgroup is bitlinear.wgsl's gemv on its weight's
 //   row (the weight chosen by a workgroup-uniform branch), so every output is bit-identical.
+// - gemv_multi_rope (without output scales) / gemv_multi_rope_scaled: gemv_multi with ROPE
+//   of q and k and KV_WRITE of k and v as its epilogue (rope_qkv.wgsl, concatenated after
+//   this file): one workgroup per rotation pair of q or k (both rows, one after the other)
+//   or per row of v.
 // - gemv_gated: BITLINEAR(g, ·, W0) ; BITLINEAR(u, ·, W1) ; ACT(g, g) ; ELEMENT_MUL(g, g, u):
 //   one workgroup per row j with two accumulators (row j of both weights, the same
 //   activation words), each reduced as gemv reduces it, then g[j] = act(y_g) · y_u with the
@@ -64,21 +68,9 @@ fn mfinish(w: u32, y: f32) -> f32 {
     return r;
 }
 
-@compute @workgroup_size(WG)
-fn gemv_multi(ids: Ids) {
-    let grow = ids.wid.y * ids.nwg.x + ids.wid.x;
-    var w = 0u;
-    var row = grow;
-    var m = p.split1;
-    if (grow >= p.split2) {
-        w = 2u;
-        row = grow - p.split2;
-        m = p.m - p.split2;
-    } else if (grow >= p.split1) {
-        w = 1u;
-        row = grow - p.split1;
-        m = p.split2 - p.split1;
-    }
+// Row `row` of weight w's product (0 past its rows) as gemv computes it, before its
+// finish; the whole workgroup calls it (a reduction), in uniform control flow.
+fn multi_sum(w: u32, row: u32, m: u32, ids: Ids) -> f32 {
     var facc = 0.0;
     var iacc = 0i;
     if (row < m) {
@@ -93,21 +85,78 @@ fn gemv_multi(ids: Ids) {
             }
         }
     }
-    var y: f32;
     if (ROW_SCALE == 1u) {
-        y = f32(reduce_add_i32(iacc, ids)) * mscale(w, 0u);
-    } else {
-        y = reduce_add_f32(facc, ids);
+        return f32(reduce_add_i32(iacc, ids)) * mscale(w, 0u);
     }
-    if (row < m && ids.lidx == 0u) {
-        let r = mfinish(w, y);
-        if (w == 0u) {
-            out0[row] = r;
-        } else if (w == 1u) {
-            out1[row] = r;
-        } else {
-            out2[row] = r;
-        }
+    return reduce_add_f32(facc, ids);
+}
+
+// Element `row` of output w.
+fn qkv_out(w: u32, row: u32, v: f32) {
+    if (w == 0u) {
+        out0[row] = v;
+    } else if (w == 1u) {
+        out1[row] = v;
+    } else {
+        out2[row] = v;
+    }
+}
+
+// The rows of weight w: [0, split1), [split1, split2), [split2, m) of the grid.
+fn multi_rows(w: u32) -> u32 {
+    if (w == 0u) {
+        return p.split1;
+    }
+    if (w == 1u) {
+        return p.split2 - p.split1;
+    }
+    return p.m - p.split2;
+}
+
+@compute @workgroup_size(WG)
+fn gemv_multi(ids: Ids) {
+    let grow = ids.wid.y * ids.nwg.x + ids.wid.x;
+    var w = 0u;
+    var row = grow;
+    if (grow >= p.split2) {
+        w = 2u;
+        row = grow - p.split2;
+    } else if (grow >= p.split1) {
+        w = 1u;
+        row = grow - p.split1;
+    }
+    let y = multi_sum(w, row, multi_rows(w), ids);
+    if (row < multi_rows(w) && ids.lidx == 0u) {
+        qkv_out(w, row, mfinish(w, y));
+    }
+}
+
+// gemv_multi with ROPE and KV_WRITE as its epilogue (rope_qkv.wgsl, concatenated after this
+// file): one workgroup per item, the two rows of a pair one after the other. Without output
+// scales (bitlinear.wgsl's finish with HAS_SCALE = 0, the same division): the three scale
+// bindings are not bound, so the dispatch fits 16 storage buffers (lavapipe's limit).
+@compute @workgroup_size(WG)
+fn gemv_multi_rope(ids: Ids) {
+    let g = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let it = qkv_item(g, multi_rows(0u), multi_rows(1u), multi_rows(2u));
+    let w = min(it.w, 2u);
+    let ya = multi_sum(w, it.a, multi_rows(w), ids) / act_scales[0];
+    let yb = multi_sum(w, it.b, multi_rows(w), ids) / act_scales[0];
+    if (ids.lidx == 0u) {
+        qkv_store(it, ya, yb, multi_rows(1u), multi_rows(2u));
+    }
+}
+
+// gemv_multi_rope with each weight's output scale (mfinish).
+@compute @workgroup_size(WG)
+fn gemv_multi_rope_scaled(ids: Ids) {
+    let g = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let it = qkv_item(g, multi_rows(0u), multi_rows(1u), multi_rows(2u));
+    let w = min(it.w, 2u);
+    let ya = mfinish(w, multi_sum(w, it.a, multi_rows(w), ids));
+    let yb = mfinish(w, multi_sum(w, it.b, multi_rows(w), ids));
+    if (ids.lidx == 0u) {
+        qkv_store(it, ya, yb, multi_rows(1u), multi_rows(2u));
     }
 }
 

@@ -46,6 +46,7 @@ use purebee_memory::DType;
 use super::elementwise::{BinaryOp, UnaryOp};
 use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
+use super::rope_qkv::{self, RopeArgs, RopeEpilogue};
 use super::{argmax, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
@@ -90,6 +91,8 @@ pub(crate) struct Params {
     pub m2: u32,
     pub wg1: u32,
     pub wg2: u32,
+    /// `*_multi_rope` (rope_qkv.wgsl): the rotation and the caches; else zeros.
+    pub rope: RopeArgs,
 }
 
 /// `DTYPE` in `linear.wgsl`, or `None` for a dtype LINEAR does not take.
@@ -333,44 +336,67 @@ pub(crate) fn mergeable(ctx: &RecordCtx, ls: &[&Linear], same_rows: bool) -> boo
     })
 }
 
-/// Storage buffers `gemv_multi` binds: x, three weights' words and scales, three outputs.
+/// Storage buffers `gemv_multi` binds: x, three weights' words and scales, three outputs
+/// (`gemv_multi_rope` adds [`rope_qkv::STORAGE_BUFFERS`]).
 pub(crate) const MULTI_STORAGE_BUFFERS: u32 = 10;
 /// Storage buffers `gemv_gated` binds: x, two weights' words and scales (the second
 /// again in the third's place: `wword` names all three), two outputs.
 pub(crate) const GATED_STORAGE_BUFFERS: u32 = 9;
 
-/// The shader, entry point and constants of a `linear_multi.wgsl` dispatch (`gemv_gated`
-/// when `gated`, else `gemv_multi`), and its rows per workgroup: the `gemv_rows` forms on short
-/// rows of a CPU adapter, as for one LINEAR.
-fn multi_kernel(ctx: &RecordCtx, gated: bool, k: usize) -> (Shader, &'static str, Vec<(&'static str, u32)>, u32) {
+/// What a `linear_multi.wgsl` dispatch computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MultiKind {
+    /// Three products (`gemv_multi`).
+    Products,
+    /// Three products with ROPE and KV_WRITE as their epilogue (`gemv_multi_rope`).
+    ProductsRope,
+    /// Gate and up with the activation and the multiply (`gemv_gated`).
+    Gated,
+}
+
+/// The shader, entry point and constants of a `linear_multi.wgsl` dispatch, and its rows (or
+/// rope items) per workgroup: the `gemv_rows` forms on short rows of a CPU adapter, as for
+/// one LINEAR.
+fn multi_kernel(ctx: &RecordCtx, kind: MultiKind, k: usize) -> (Shader, &'static str, Vec<(&'static str, u32)>, u32) {
     let mut constants = vec![("WG", GEMV_WG)];
+    let (rows_entry, gemv_entry) = match kind {
+        MultiKind::Products => ("gemv_rows_multi", "gemv_multi"),
+        MultiKind::ProductsRope => ("gemv_rows_multi_rope", "gemv_multi_rope"),
+        MultiKind::Gated => ("gemv_rows_gated", "gemv_gated"),
+    };
     if short_rows(ctx, k) {
         constants.push(("LANES", GEMV_ROWS_LANES));
-        let entry = if gated { "gemv_rows_gated" } else { "gemv_rows_multi" };
         // gemv_rows reduces in workgroup memory, whatever the device.
-        return (Shader::LinearMulti, entry, constants, PART_ROWS);
+        return (Shader::LinearMulti, rows_entry, constants, PART_ROWS);
     }
     let shader = if ctx.caps.subgroups { Shader::LinearMultiSubgroup } else { Shader::LinearMulti };
-    (shader, if gated { "gemv_gated" } else { "gemv_multi" }, constants, 1)
+    (shader, gemv_entry, constants, 1)
 }
 
 /// LINEAR(q) ; LINEAR(k) ; LINEAR(v) of one token reading one x: their products in one
-/// dispatch (`gemv_multi`), after the int8-block rounding of x when `quantize`. The caller
-/// checks [`mergeable`].
-pub(crate) fn multi_product(ctx: &RecordCtx, ls: [&Linear; 3], quantize: bool) -> Result<Vec<KernelCall>, GpuError> {
+/// dispatch (`gemv_multi`), after the int8-block rounding of x when `quantize`; with `rope`,
+/// the rotation of q and k and the cache writes as its epilogue (`gemv_multi_rope`: an item
+/// per rotation pair of q or k and per row of v). The caller checks [`mergeable`].
+pub(crate) fn multi_product(
+    ctx: &RecordCtx,
+    ls: [&Linear; 3],
+    quantize: bool,
+    rope: Option<&RopeEpilogue>,
+) -> Result<Vec<KernelCall>, GpuError> {
     let ts: Vec<OneToken> = ls
         .iter()
         .map(|l| one_token(ctx, l))
         .collect::<Option<_>>()
         .ok_or_else(|| GpuError::Wgpu("fusion plan: LINEARs that one dispatch cannot merge".to_string()))?;
     let k = ts[0].params.k as usize;
-    let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, false, k);
+    let kind = if rope.is_some() { MultiKind::ProductsRope } else { MultiKind::Products };
+    let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, kind, k);
     let wgs: Vec<u32> = ts.iter().map(|t| t.params.m.div_ceil(rows_per_wg)).collect();
     let mut params = ts[0].params;
     (params.m1, params.m2) = (ts[1].params.m, ts[2].params.m);
     params.wg1 = wgs[0];
     params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
-    let total = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))?;
+    let mut groups = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))? as usize;
     constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
     let mut calls: Vec<KernelCall> = Vec::new();
     if quantize {
@@ -380,22 +406,29 @@ pub(crate) fn multi_product(ctx: &RecordCtx, ls: [&Linear; 3], quantize: bool) -
     let [w0, s0] = ts[0].weight;
     let [w1, s1] = ts[1].weight;
     let [w2, s2] = ts[2].weight;
+    let mut storage = vec![
+        (1, product_x(ls[0], 1, k)),
+        (2, w0),
+        (3, s0),
+        (4, t(ls[0].out)),
+        (10, w1),
+        (11, s1),
+        (12, w2),
+        (13, s2),
+        (14, t(ls[1].out)),
+        (15, t(ls[2].out)),
+    ];
+    if let Some(r) = rope {
+        params.rope = r.args(ctx)?;
+        constants.extend(r.constants());
+        storage.extend(r.storage());
+        groups = rope_qkv::items(params.m, params.m1, params.m2).div_ceil(rows_per_wg as usize);
+    }
     calls.push(KernelCall {
         key: PipelineKey { shader, entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
-        storage: vec![
-            (1, product_x(ls[0], 1, k)),
-            (2, w0),
-            (3, s0),
-            (4, t(ls[0].out)),
-            (10, w1),
-            (11, s1),
-            (12, w2),
-            (13, s2),
-            (14, t(ls[1].out)),
-            (15, t(ls[2].out)),
-        ],
-        workgroups: ctx.grid_1d(total as usize, 1),
+        storage,
+        workgroups: ctx.grid_1d(groups, 1),
     });
     Ok(calls)
 }
@@ -414,7 +447,7 @@ pub(crate) fn gated_product(
         return Err(GpuError::Wgpu("fusion plan: LINEARs that one dispatch cannot merge".to_string()));
     };
     let k = tg.params.k as usize;
-    let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, true, k);
+    let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, MultiKind::Gated, k);
     constants.extend([
         ("DTYPE", dtype_code(tg.dtype).unwrap_or(0)),
         ("WRITE_OUT", u32::from(write_out)),
@@ -482,7 +515,7 @@ fn slots(m: usize) -> u64 {
 mod tests {
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in linear.wgsl: twelve u32 fields, 48 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 48);
+        // `struct Params` in linear.wgsl: twenty u32 fields, 80 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 80);
     }
 }

@@ -56,6 +56,16 @@ struct Params {
     m2: u32,
     wg1: u32,
     wg2: u32,
+    // linear_multi.wgsl's *_multi_rope only (rope_qkv.wgsl; 0 elsewhere): the rotation and
+    // the caches.
+    rope_head_dim: u32,
+    rope_k_ctx: u32,
+    rope_v_ctx: u32,
+    rope_pad: u32,
+    rope_pos_value: u32,
+    rope_pos_param: u32,
+    rope_base_value: u32,
+    rope_base_param: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

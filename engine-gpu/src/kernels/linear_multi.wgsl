@@ -12,6 +12,10 @@
 // - gemv_multi / gemv_rows_multi: LINEAR(q, x, Wq) ; LINEAR(k, x, Wk) ; LINEAR(v, x, Wv). One
 //   grid: workgroups [0, wg1) compute weight 0's rows, [wg1, wg2) weight 1's, the rest
 //   weight 2's, as gemv (a workgroup per row) or gemv_rows (WG / LANES rows per workgroup).
+// - gemv_multi_rope / gemv_rows_multi_rope: the same three products with ROPE of q and k and
+//   KV_WRITE of k and v as their epilogue (rope_qkv.wgsl, concatenated after this file):
+//   one workgroup (gemv) or row group (gemv_rows) per rotation pair of q or k, or per row
+//   of v.
 // - gemv_gated / gemv_rows_gated: LINEAR(g, x, W0) ; LINEAR(u, x, W1) ; ACT(g, g) ;
 //   ELEMENT_MUL(g, g, u), W0 and W1 of the same shape: row j of both in one workgroup, one
 //   after the other, then g[j] = act(y_g) · y_u with the elementwise kernels' operations
@@ -102,6 +106,48 @@ fn gemv_rows_multi(@builtin(local_invocation_index) lidx: u32, @builtin(workgrou
     let total = rows_total(row, 0u, lidx);
     if (row < weight_rows() && lidx % LANES == 0u) {
         store_multi(row, total);
+    }
+}
+
+// Element `row` of output w (rope_qkv.wgsl's qkv_store).
+fn qkv_out(w: u32, row: u32, v: f32) {
+    if (w == 0u) {
+        out[row] = v;
+    } else if (w == 1u) {
+        out1[row] = v;
+    } else {
+        out2[row] = v;
+    }
+}
+
+// gemv_multi with ROPE and KV_WRITE as its epilogue (rope_qkv.wgsl, concatenated after this
+// file): one workgroup per item, the two rows of a pair one after the other.
+@compute @workgroup_size(WG)
+fn gemv_multi_rope(ids: Ids) {
+    let it = qkv_item(ids.wid.y * ids.nwg.x + ids.wid.x, p.m, p.m1, p.m2);
+    wsel = min(it.w, 2u);
+    let ya = gemv_total(it.a, 0u, ids);
+    let yb = gemv_total(it.b, 0u, ids);
+    if (ids.lidx == 0u) {
+        qkv_store(it, ya, yb, p.m1, p.m2);
+    }
+}
+
+// gemv_rows_multi with the same epilogue: WG / LANES items per workgroup, LANES invocations
+// each (the items of one workgroup may belong to different weights: wsel is per invocation).
+@compute @workgroup_size(WG)
+fn gemv_rows_multi_rope(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = (wid.y * nwg.x + wid.x) * (WG / LANES) + lidx / LANES;
+    let it = qkv_item(g, p.m, p.m1, p.m2);
+    wsel = min(it.w, 2u);
+    let ya = rows_total(it.a, 0u, lidx);
+    // rows_total's lane 0 reads its row's partials after the barrier inside it: the second
+    // call must not overwrite them before.
+    workgroupBarrier();
+    let yb = rows_total(it.b, 0u, lidx);
+    if (lidx % LANES == 0u) {
+        qkv_store(it, ya, yb, p.m1, p.m2);
     }
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod norm_quant;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod rope_kv;
+pub(crate) mod rope_qkv;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
 pub(crate) mod top_k;
@@ -67,8 +68,8 @@ pub(crate) enum Shader {
     /// `linear_argmax.wgsl`, subgroup reductions.
     LinearArgmaxSubgroup,
     /// `linear_multi.wgsl` after `linear.wgsl`, `product_store.wgsl` and
-    /// `elementwise_ops.wgsl` (several one-token LINEAR products in one dispatch), portable
-    /// reductions.
+    /// `elementwise_ops.wgsl`, then `rope_math.wgsl` and `rope_qkv.wgsl` (several one-token
+    /// LINEAR products in one dispatch, q/k/v with their ROPE epilogue), portable reductions.
     LinearMulti,
     /// `linear_multi.wgsl`, subgroup reductions.
     LinearMultiSubgroup,
@@ -101,8 +102,9 @@ pub(crate) enum Shader {
     /// `bitlinear.wgsl` with the `act_mul.wgsl` epilogue, subgroup reductions.
     BitlinearActMulSubgroup,
     /// `bitlinear_multi.wgsl` after `bitlinear.wgsl`, `product_store.wgsl` and
-    /// `elementwise_ops.wgsl` (several one-token BITLINEAR products in one dispatch),
-    /// portable reductions.
+    /// `elementwise_ops.wgsl`, then `rope_math.wgsl` and `rope_qkv.wgsl` (several one-token
+    /// BITLINEAR products in one dispatch, q/k/v with their ROPE epilogue), portable
+    /// reductions.
     BitlinearMulti,
     /// `bitlinear_multi.wgsl`, subgroup reductions.
     BitlinearMultiSubgroup,
@@ -229,7 +231,9 @@ impl Shader {
                 include_str!("linear.wgsl"),
                 include_str!("linear_multi.wgsl"),
                 include_str!("product_store.wgsl"),
-                include_str!("elementwise_ops.wgsl")
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("rope_math.wgsl"),
+                include_str!("rope_qkv.wgsl")
             ),
             Shader::LinearMultiSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
@@ -237,7 +241,9 @@ impl Shader {
                 include_str!("linear.wgsl"),
                 include_str!("linear_multi.wgsl"),
                 include_str!("product_store.wgsl"),
-                include_str!("elementwise_ops.wgsl")
+                include_str!("elementwise_ops.wgsl"),
+                include_str!("rope_math.wgsl"),
+                include_str!("rope_qkv.wgsl")
             ),
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
@@ -299,7 +305,9 @@ impl Shader {
                 include_str!("bitlinear.wgsl"),
                 include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
-                include_str!("bitlinear_multi.wgsl")
+                include_str!("bitlinear_multi.wgsl"),
+                include_str!("rope_math.wgsl"),
+                include_str!("rope_qkv.wgsl")
             ),
             Shader::BitlinearMultiSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
@@ -307,7 +315,9 @@ impl Shader {
                 include_str!("bitlinear.wgsl"),
                 include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
-                include_str!("bitlinear_multi.wgsl")
+                include_str!("bitlinear_multi.wgsl"),
+                include_str!("rope_math.wgsl"),
+                include_str!("rope_qkv.wgsl")
             ),
             Shader::NormQuant => concat!(
                 include_str!("reduce_portable.wgsl"),
