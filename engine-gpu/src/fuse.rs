@@ -990,10 +990,10 @@ mod tests {
         assert_eq!(plan.units.len(), 10);
     }
 
-    /// q/k/v products of one token (BITLINEAR, or LINEAR with int8 blocks) after a norm,
-    /// then ROPE q, ROPE k and the two KV_WRITEs, then an ATTENTION reading q and the caches;
-    /// `cache_is_weight` writes k into the k weight's tensor instead of a cache (F32 LINEAR
-    /// weights).
+    /// Two blocks of: q/k/v products of one token (BITLINEAR, or LINEAR with int8 blocks)
+    /// after a norm, then ROPE q, ROPE k and the two KV_WRITEs, then an ATTENTION reading q
+    /// and the caches; `cache_is_weight` writes k into the k weight's tensor instead of a
+    /// cache (F32 LINEAR weights).
     fn qkv_rope(bitlinear: bool, cache_is_weight: bool) -> (Program, Registry) {
         use purebee_isa::ops::{Attention, Rope, RopeStyle};
         use purebee_isa::U32Arg;
@@ -1019,22 +1019,24 @@ mod tests {
         let n_ctx = if cache_is_weight { kvw } else { 8 };
         let vc = b.declare("vc", f, &[n_ctx, kvw]).expect("valid");
         let att = b.declare("att", f, &[1, d]).expect("valid");
-        b.rms_norm(h, x, nw, 1e-5).expect("valid");
-        for (out, w) in [(q, wq), (k, wk), (v, wv)] {
-            if bitlinear {
-                b.bitlinear(out, h, w, None).expect("valid");
-            } else {
-                b.linear_with(out, h, w, LinearActivations::Int8Blocks).expect("valid");
+        for _ in 0..2 {
+            b.rms_norm(h, x, nw, 1e-5).expect("valid");
+            for (out, w) in [(q, wq), (k, wk), (v, wv)] {
+                if bitlinear {
+                    b.bitlinear(out, h, w, None).expect("valid");
+                } else {
+                    b.linear_with(out, h, w, LinearActivations::Int8Blocks).expect("valid");
+                }
             }
+            let pos = U32Arg::Const(3);
+            let rope =
+                |t| Rope { out: t, x: t, head_dim: 64, rot_dim: 64, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
+            b.rope(rope(q)).expect("valid");
+            b.rope(rope(k)).expect("valid");
+            b.kv_write(kc, k, pos).expect("valid");
+            b.kv_write(vc, v, pos).expect("valid");
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: 64, pos }).expect("valid");
         }
-        let pos = U32Arg::Const(3);
-        let rope =
-            |t| Rope { out: t, x: t, head_dim: 64, rot_dim: 64, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
-        b.rope(rope(q)).expect("valid");
-        b.rope(rope(k)).expect("valid");
-        b.kv_write(kc, k, pos).expect("valid");
-        b.kv_write(vc, v, pos).expect("valid");
-        b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: 64, pos }).expect("valid");
         (b.finish(), reg)
     }
 
@@ -1047,15 +1049,18 @@ mod tests {
             // norm, q, k, v, ROPE, ROPE, KV_WRITE, KV_WRITE in one group; ATTENTION alone.
             let fused = plan(32);
             let want = [SharedQuantization, NormQuantization, MultiProduct, RopeEpilogue];
-            assert_eq!(fused.patterns(), want, "bitlinear: {bitlinear}");
-            assert_eq!(fused.units.len(), 2, "{:?}", fused.units);
-            // k and v are read by nothing after the caches: only the caches get them.
-            let rope = match &fused.units[0] {
+            assert_eq!(fused.patterns(), [want, want].concat(), "bitlinear: {bitlinear}");
+            assert_eq!(fused.units.len(), 4, "{:?}", fused.units);
+            let rope = |u: &Unit| match u {
                 Unit::Quant(g) => g.rope,
                 Unit::Linear(g) => g.rope,
                 other => panic!("{other:?}"),
             };
-            assert_eq!(rope, Some(RopePart { first: 4, write_k: true, write_v: true }));
+            // The first block's k and v are overwritten by the second block's products,
+            // unread: only the caches get them. The second block's are the program's last
+            // writes of k and v, kept.
+            assert_eq!(rope(&fused.units[0]), Some(RopePart { first: 4, write_k: false, write_v: false }));
+            assert_eq!(rope(&fused.units[2]), Some(RopePart { first: 13, write_k: true, write_v: true }));
             // Too few storage buffers for the epilogue's three: the products stay merged and
             // the ROPE/KV_WRITE dispatch of its own follows.
             let products =

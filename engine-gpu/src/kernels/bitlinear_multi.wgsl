@@ -134,7 +134,8 @@ fn gemv_multi(ids: Ids) {
 // gemv_multi with ROPE and KV_WRITE as its epilogue (rope_qkv.wgsl, concatenated after this
 // file): one workgroup per item, the two rows of a pair one after the other. Without output
 // scales (bitlinear.wgsl's finish with HAS_SCALE = 0, the same division): the three scale
-// bindings are not bound, so the dispatch fits 16 storage buffers (lavapipe's limit).
+// bindings are not bound, so the dispatch fits 16 storage buffers per stage (14; wgpu's GL
+// backend reports 16 on llvmpipe).
 @compute @workgroup_size(WG)
 fn gemv_multi_rope(ids: Ids) {
     let g = ids.wid.y * ids.nwg.x + ids.wid.x;
