@@ -521,7 +521,8 @@ impl Engine for GpuEngine {
     }
 
     fn top_k_limit(&self) -> Option<u32> {
-        Some(crate::kernels::top_k::MAX_K)
+        // None on wgpu's GL backend, where TOP_K is refused (Capabilities::gl).
+        (!self.ctx.caps.gl).then_some(crate::kernels::top_k::MAX_K)
     }
 
     fn counters(&self) -> Option<DispatchCounters> {
