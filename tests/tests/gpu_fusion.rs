@@ -896,42 +896,46 @@ fn bitnet_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
         return;
     }
-    let c = Layer {
-        dtype: DType::TQ2_0,
-        n: 1,
-        d: 256,
-        ff: 512,
-        head_dim: 64,
-        kv_heads: 2,
-        pos: 1,
-        runtime_pos: false,
-        scales: false,
-        relu2: true,
-        seed: 5,
-    };
-    let inputs = c.inputs();
-    let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
-    assert_bits(&fused, &unfused, "dispatch-count layer").unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("unfused ({} per layer): {uk:?}\nfused ({} per layer): {fk:?}", uk.len() / LAYERS, fk.len() / LAYERS);
-    let per_layer: Vec<&str> = fk[..fk.len() / LAYERS].iter().map(|s| s.as_str()).collect();
-    let count = |k: &str| per_layer.iter().filter(|s| s.contains(k)).count();
-    // norm + quantization: the block norms and the sub-norms; no separate quantize or add.
-    assert_eq!(count("norm_quant.wgsl"), 4, "{per_layer:?}");
-    assert_eq!(count(":quantize"), 0, "{per_layer:?}");
-    assert_eq!(count("rms_norm.wgsl"), 0, "{per_layer:?}");
-    // q, k, v with ROPE and KV_WRITE in one dispatch; gate and up with the activation and
-    // the multiply in one; o and down with the residual add. (lavapipe allows 32 storage
-    // buffers per stage: the merged products need 17 and 11.)
-    assert_eq!(count(":gemv_multi_rope"), 1, "{per_layer:?}");
-    assert_eq!(count(":gemv_gated"), 1, "{per_layer:?}");
-    assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 0, "{per_layer:?}");
-    assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
-    assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
-    // ROPE q, k and KV_WRITE k, v: in the q/k/v products' epilogue.
-    assert_eq!(count("rope_kv.wgsl") + count("rope.wgsl") + count("kv_write.wgsl"), 0, "{per_layer:?}");
-    assert_eq!(fk.len() % LAYERS, 0);
-    assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
-    assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 9), "dispatches per layer, unfused and fused");
+    for scales in [false, true] {
+        let c = Layer {
+            dtype: DType::TQ2_0,
+            n: 1,
+            d: 256,
+            ff: 512,
+            head_dim: 64,
+            kv_heads: 2,
+            pos: 1,
+            runtime_pos: false,
+            scales,
+            relu2: true,
+            seed: 5,
+        };
+        let inputs = c.inputs();
+        let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        assert_bits(&fused, &unfused, "dispatch-count layer").unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("unfused ({} per layer): {uk:?}\nfused ({} per layer): {fk:?}", uk.len() / LAYERS, fk.len() / LAYERS);
+        let per_layer: Vec<&str> = fk[..fk.len() / LAYERS].iter().map(|s| s.as_str()).collect();
+        let count = |k: &str| per_layer.iter().filter(|s| s.contains(k)).count();
+        // norm + quantization: the block norms and the sub-norms; no separate quantize or add.
+        assert_eq!(count("norm_quant.wgsl"), 4, "{per_layer:?}");
+        assert_eq!(count(":quantize"), 0, "{per_layer:?}");
+        assert_eq!(count("rms_norm.wgsl"), 0, "{per_layer:?}");
+        // q, k, v with ROPE and KV_WRITE in one dispatch (the entry point with the output
+        // scales when there are some); gate and up with the activation and the multiply in
+        // one; o and down with the residual add. (lavapipe allows 32 storage buffers per
+        // stage: the merged products need 14, or 17 with output scales, and 11.)
+        let rope = if scales { ":gemv_multi_rope_scaled" } else { ":gemv_multi_rope" };
+        assert_eq!(per_layer.iter().filter(|s| s.ends_with(rope)).count(), 1, "{per_layer:?}");
+        assert_eq!(count(":gemv_gated"), 1, "{per_layer:?}");
+        assert_eq!(count("bitlinear.wgsl:gemv") + count("bitlinear.wgsl (subgroups):gemv"), 0, "{per_layer:?}");
+        assert_eq!(count("residual_add.wgsl"), 2, "{per_layer:?}");
+        assert_eq!(count("elementwise.wgsl"), 0, "{per_layer:?}");
+        // ROPE q, k and KV_WRITE k, v: in the q/k/v products' epilogue.
+        assert_eq!(count("rope_kv.wgsl") + count("rope.wgsl") + count("kv_write.wgsl"), 0, "{per_layer:?}");
+        assert_eq!(fk.len() % LAYERS, 0);
+        assert_eq!(fk[..fk.len() / LAYERS], fk[fk.len() / LAYERS..], "both layers alike");
+        assert_eq!((uk.len() / LAYERS, fk.len() / LAYERS), (27, 9), "dispatches per layer, unfused and fused");
+    }
 }
 
 /// Dispatches per decode token of a tiny BitNet fixture (`Engine::counters`), fusion on and
