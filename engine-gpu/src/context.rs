@@ -71,11 +71,6 @@ pub struct Capabilities {
     /// absent, and naga never sets it) and decide differently in two shaders doing the same
     /// arithmetic.
     pub cpu: bool,
-    /// The adapter runs through wgpu's GL backend. TOP_K's kernel gives wrong orders there
-    /// (llvmpipe through GL, 2026-11-26: tied values out of rank order in
-    /// `tests/tests/top_k.rs`, which passes on Vulkan, lavapipe and NVIDIA's), so the engine
-    /// refuses TOP_K on it and tells the runtime to read whole rows (`top_k_limit`).
-    pub gl: bool,
 }
 
 /// An open device, its queue, and what the adapter allows.
@@ -162,7 +157,6 @@ impl GpuContext {
             min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 },
             timestamps,
             cpu: info.device_type == wgpu::DeviceType::Cpu,
-            gl: info.backend == wgpu::Backend::Gl,
         };
         let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
         Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, fuse, errors })

@@ -521,8 +521,7 @@ impl Engine for GpuEngine {
     }
 
     fn top_k_limit(&self) -> Option<u32> {
-        // None on wgpu's GL backend, where TOP_K is refused (Capabilities::gl).
-        (!self.ctx.caps.gl).then_some(crate::kernels::top_k::MAX_K)
+        Some(crate::kernels::top_k::MAX_K)
     }
 
     fn counters(&self) -> Option<DispatchCounters> {

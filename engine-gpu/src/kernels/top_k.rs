@@ -50,10 +50,6 @@ pub(crate) struct Params {
 pub(crate) fn record(ctx: &RecordCtx, t: &TopK) -> Result<Vec<KernelCall>, GpuError> {
     let desc = ctx.desc(t.x)?;
     let (rows, m) = (desc.shape.rows(), desc.shape.cols());
-    if ctx.caps.gl {
-        let what = "wgpu's GL backend (its results there are out of rank order)".to_string();
-        return Err(GpuError::Unsupported { op: "TOP_K", what });
-    }
     if t.k > MAX_K {
         return Err(GpuError::Unsupported { op: "TOP_K", what: format!("k = {} (at most {MAX_K})", t.k) });
     }
@@ -122,27 +118,5 @@ mod tests {
     fn params_match_the_wgsl_struct_size() {
         // `struct Params`: eight u32s, 32 bytes.
         assert_eq!(std::mem::size_of::<super::Params>(), 32);
-    }
-
-    #[test]
-    fn the_gl_backend_refuses_top_k() {
-        use crate::context::Capabilities;
-        use crate::kernels::RecordCtx;
-        use crate::GpuError;
-        use purebee_isa::{Instruction, ProgramBuilder};
-        use purebee_memory::{DType, Registry};
-        let mut reg = Registry::new();
-        let mut b = ProgramBuilder::new("p", &mut reg);
-        let x = b.declare("x", DType::F32, &[1, 100]).expect("valid");
-        let values = b.declare("values", DType::F32, &[1, 4]).expect("valid");
-        let ids = b.declare("ids", DType::U32, &[1, 4]).expect("valid");
-        b.top_k(values, ids, x, 4).expect("valid");
-        let p = b.finish();
-        let Some(Instruction::TopK(t)) = p.instructions().first() else { panic!("{:?}", p.instructions()) };
-        let gl = Capabilities { gl: true, ..Capabilities::default() };
-        let ctx = RecordCtx { reg: &reg, caps: gl, max_workgroups: 65535, max_binding: 1 << 27 };
-        assert!(matches!(super::record(&ctx, t), Err(GpuError::Unsupported { op: "TOP_K", .. })));
-        let ctx = RecordCtx { caps: Capabilities::default(), ..ctx };
-        assert!(super::record(&ctx, t).is_ok_and(|calls| !calls.is_empty()));
     }
 }

@@ -83,12 +83,22 @@ fn top_k(
         }
         keys[e] = key;
     }
-    // Insertion sort, largest first.
+    // Insertion sort, largest first. keys[b − 1] is read only after b > 0 is known: written
+    // as `while (b > 0u && above(v, keys[b - 1u]))` (a call on the right of `&&`, whose
+    // argument indexes 0xffffffff at b = 0), llvmpipe through wgpu's GL backend returned
+    // ties out of rank order (tests/tests/top_k.rs failed there; Vulkan was right).
     for (var a = 1u; a < E; a = a + 1u) {
         let v = keys[a];
         var b = a;
-        while (b > 0u && above(v, keys[b - 1u])) {
-            keys[b] = keys[b - 1u];
+        loop {
+            if (b == 0u) {
+                break;
+            }
+            let prev = keys[b - 1u];
+            if (!above(v, prev)) {
+                break;
+            }
+            keys[b] = prev;
             b = b - 1u;
         }
         keys[b] = v;
