@@ -220,8 +220,9 @@ type Constants = Vec<(&'static str, u32)>;
 
 /// The pipeline constants and the weight bindings (10.., per `bitlinear_multi.wgsl`) shared
 /// by the multi-weight products; `ws` must have one ternary type and one HAS_SCALE (the
-/// fusion pass checks it).
-fn multi_bindings(ws: &[&BitLinear], row_scale: u32) -> (Constants, Vec<(u32, Storage)>) {
+/// fusion pass checks it). The output scales (16..) only with `out_scales`: every entry
+/// point but `gemv_multi_rope` (no output scales) names them.
+fn multi_bindings(ws: &[&BitLinear], row_scale: u32, out_scales: bool) -> (Constants, Vec<(u32, Storage)>) {
     let has_scale = ws.iter().all(|b| b.scale.is_some());
     let constants = vec![("WG", WG), ("ROW_SCALE", row_scale), ("HAS_SCALE", u32::from(has_scale))];
     let mut storage = Vec::new();
@@ -229,8 +230,10 @@ fn multi_bindings(ws: &[&BitLinear], row_scale: u32) -> (Constants, Vec<(u32, St
         let i = i as u32;
         storage.push((10 + i, Storage::Tensor(b.weight, 0)));
         storage.push((13 + i, Storage::Tensor(b.weight, 1)));
-        // Without an output scale, the weight's scales stand in (read-only, unread).
-        storage.push((16 + i, b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0))));
+        if out_scales {
+            // Without an output scale, the weight's scales stand in (read-only, unread).
+            storage.push((16 + i, b.scale.map_or(Storage::Tensor(b.weight, 1), |s| Storage::Tensor(s, 0))));
+        }
         storage.push((19 + i, Storage::Tensor(b.out, 0)));
     }
     (constants, storage)
@@ -264,24 +267,21 @@ pub(crate) fn multi_product(
     params.m = total;
     params.split = [m0, m0 + m1];
     let (acts, act_scales) = scratch(1, dims3[0].k);
-    let (mut constants, mut storage) = multi_bindings(&bs, dims3[0].row_scale);
-    storage.extend([(5, acts), (6, act_scales)]);
-    let (entry, groups) = match rope {
-        None => ("gemv_multi", total as usize),
-        Some(r) => {
-            params.rope = r.args(ctx)?;
-            constants.extend(r.constants());
-            storage.extend(r.storage());
-            let entry = if bs[0].scale.is_some() {
-                "gemv_multi_rope_scaled"
-            } else {
-                // This entry point binds no output scale (16..=18).
-                storage.retain(|(binding, _)| !(16..=18).contains(binding));
-                "gemv_multi_rope"
-            };
-            (entry, rope_qkv::items(m0, m1, m2))
-        }
+    let has_scale = bs[0].scale.is_some();
+    let entry = match (rope, has_scale) {
+        (None, _) => "gemv_multi",
+        (Some(_), true) => "gemv_multi_rope_scaled",
+        (Some(_), false) => "gemv_multi_rope",
     };
+    let (mut constants, mut storage) = multi_bindings(&bs, dims3[0].row_scale, rope.is_none() || has_scale);
+    storage.extend([(5, acts), (6, act_scales)]);
+    let mut groups = total as usize;
+    if let Some(r) = rope {
+        params.rope = r.args(ctx)?;
+        constants.extend(r.constants());
+        storage.extend(r.storage());
+        groups = rope_qkv::items(m0, m1, m2);
+    }
     Ok(Some(KernelCall {
         key: PipelineKey { shader: multi_shader(ctx), entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
@@ -300,7 +300,7 @@ pub(crate) fn gated_product(
 ) -> Result<Option<KernelCall>, GpuError> {
     let (Some(dg), Some(_)) = (dims(ctx, g)?, dims(ctx, u)?) else { return Ok(None) };
     let (acts, act_scales) = scratch(1, dg.k);
-    let (mut constants, mut storage) = multi_bindings(&[g, u], dg.row_scale);
+    let (mut constants, mut storage) = multi_bindings(&[g, u], dg.row_scale, true);
     // mfinish names the third output scale: the second one stands in (read-only, unread).
     storage.push((18, u.scale.map_or(Storage::Tensor(u.weight, 1), |s| Storage::Tensor(s, 0))));
     storage.extend([(5, acts), (6, act_scales)]);

@@ -396,7 +396,7 @@ pub(crate) fn multi_product(
     (params.m1, params.m2) = (ts[1].params.m, ts[2].params.m);
     params.wg1 = wgs[0];
     params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
-    let mut groups = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))? as usize;
+    let products = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))? as usize;
     constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
     let mut calls: Vec<KernelCall> = Vec::new();
     if quantize {
@@ -418,12 +418,15 @@ pub(crate) fn multi_product(
         (14, t(ls[1].out)),
         (15, t(ls[2].out)),
     ];
-    if let Some(r) = rope {
-        params.rope = r.args(ctx)?;
-        constants.extend(r.constants());
-        storage.extend(r.storage());
-        groups = rope_qkv::items(params.m, params.m1, params.m2).div_ceil(rows_per_wg as usize);
-    }
+    let groups = match rope {
+        None => products,
+        Some(r) => {
+            params.rope = r.args(ctx)?;
+            constants.extend(r.constants());
+            storage.extend(r.storage());
+            rope_qkv::items(params.m, params.m1, params.m2).div_ceil(rows_per_wg as usize)
+        }
+    };
     calls.push(KernelCall {
         key: PipelineKey { shader, entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
