@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds what a GPU machine without a Rust toolchain needs to run the GPU test suite and the
+# speed runs (run.sh): the GPU test binaries (test profile, stripped), a release purebee-rs,
+# the tiny fixtures those tests open, and SmolLM2's skeleton (skeleton.py), into
+# .dev/pack.tar.xz (about 25 MB). The working tree that travels must stay under 64 MiB, so
+# take fixtures/ out of the index for the call (`git rm -r --cached -q fixtures` and an
+# exclude line; `git reset -q` after) and carry .dev/pack.tar.xz.
+# llama.cpp with its Vulkan backend goes in .dev/llama.tar.xz (llama/llama-bench and
+# llama/libgomp.so.1): build-llama-cpp.sh's sources with -DGGML_VULKAN=ON
+# -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF, and a glslc new enough
+# for cooperative matrices and integer dot products (Debian trixie's shaderc 2025.2 did).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .dev
+cargo build --release --locked -p purebee-cli
+cargo test --locked --no-run -p purebee-tests -p purebee-engine-gpu -p purebee-cli --message-format=json \
+  2>/dev/null > .dev/tests.json
+P=$(mktemp -d)
+mkdir -p "$P/tests" "$P/fixtures"
+python3 - .dev/tests.json "$P/tests" <<'PY'
+import json, shutil, sys
+gpu = {'attention', 'bitlinear', 'elementwise', 'embed', 'gpu_fusion', 'gpu_windows', 'kv_write', 'linear',
+       'linear_int8_gpu', 'rope', 'rows', 'run_ahead', 'sampling_candidates', 'top_k', 'program_cache', 'gpu_bench'}
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if j.get('reason') != 'compiler-artifact' or not j.get('executable'):
+        continue
+    t = j['target']
+    if (t['name'] in gpu and 'test' in t['kind']) or (t['name'] == 'purebee_engine_gpu' and j['profile']['test']):
+        shutil.copy(j['executable'], f"{sys.argv[2]}/{t['name']}")
+PY
+strip "$P"/tests/*
+cp target/release/purebee-rs "$P/" && strip "$P/purebee-rs"
+cp fixtures/bitnet-tiny/*.json fixtures/bitnet-tiny/tiny_b158_i2_s.gguf fixtures/bitnet-tiny/tiny_b158_tq2_0.gguf \
+  fixtures/bitnet-tiny/tiny_b158_f32.gguf fixtures/bitnet-tiny/tiny_bitnet_tq2_0.gguf "$P/fixtures/"
+SMOL=${PUREBEE_SMOLLM2_GGUF:-$(./scripts/fetch-smollm2.sh)}
+python3 tools/gpu-run/skeleton.py pack "$SMOL" "$P/smol.skel"
+tar -C "$P" -c . | xz -T0 -9 > .dev/pack.tar.xz
+rm -rf "$P"
+ls -la .dev/pack.tar.xz

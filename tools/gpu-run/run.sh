@@ -1,0 +1,105 @@
+#!/bin/bash
+# One device run for the GPU engine (issue 10), on a machine with a GPU, no Rust and no network:
+# the GPU test suite on the real driver, copy bandwidth (PyTorch), then `purebee-rs bench`
+# alternated with llama.cpp's `llama-bench -ngl 99` on the same files, then per-kernel profiles.
+# Needs .dev/pack.tar.xz (make-pack.sh), optionally .dev/llama.tar.xz, and the Vulkan loader
+# unpacked first where the machine lacks it:
+#     for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bash tools/gpu-run/run.sh
+# Everything is written under $OUT as it goes (main.log, tests.log, bench.txt, profile_*.txt).
+# SMALL=1: the tiny shape and short runs (a dry run on lavapipe).
+set -u
+R=$PWD
+O=${OUT:-/tmp/out}
+mkdir -p "$O"
+exec > >(tee -a "$O/main.log") 2>&1
+log() { echo "== $(date +%T) $*"; }
+SMALL=${SMALL:-0}
+H=$(dirname "$0")
+log start in "$R", small=$SMALL
+if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && [ "$SMALL" = 0 ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+P=/tmp/gpu-run
+mkdir -p $P
+xz -dc .dev/pack.tar.xz | tar -x -C $P
+[ -f .dev/llama.tar.xz ] && xz -dc .dev/llama.tar.xz | tar -x -C $P
+# The test binaries find fixtures and the CLI through the paths they were built with
+# (/work/main here); the files are copied in on every call, since a call's tree replaces them.
+[ -e /work/main ] || { mkdir -p /work; ln -s "$R" /work/main; }
+mkdir -p /work/main/fixtures/bitnet-tiny /work/main/target/debug
+cp $P/fixtures/* /work/main/fixtures/bitnet-tiny/
+cp $P/purebee-rs /work/main/target/debug/purebee-rs
+PB=$P/purebee-rs
+LB() { LD_LIBRARY_PATH=$P/llama "$P/llama/llama-bench" "$@"; }
+
+# 1. the GPU test suite, every binary at once; the models are made on the CPU meanwhile
+log tests
+T=/tmp/gpu-run-logs; mkdir -p $T
+TP=()
+for b in $P/tests/*; do
+  n=$(basename "$b")
+  (cd /work/main/tests && timeout "${TEST_TIMEOUT:-240}" "$b" --test-threads=4 > $T/$n.log 2>&1; echo "rc=$?" >> $T/$n.log) &
+  TP+=($!)
+done
+M=/tmp/gpu-run-models; mkdir -p $M
+(
+  if [ "$SMALL" = 1 ]; then shape=tiny; else shape=bitnet-2b; fi
+  $PB synth --shape $shape --weights tq2_0 --out $M/tq2_0.gguf &
+  $PB synth --shape $shape --weights i2_s --out $M/i2_s.gguf &
+  wait
+  $PB quantize --embedding q8_0 $M/tq2_0.gguf $M/tq2_0_q8head.gguf
+  # llama.cpp at the fixtures' commit knows BitNet only as `bitnet` (SiLU instead of ReLU²):
+  # the same tensors under that name, for both programs.
+  python3 $H/skeleton.py rearch $M/tq2_0.gguf $M/tq2_0_bn.gguf
+  python3 $H/skeleton.py rearch $M/tq2_0_q8head.gguf $M/tq2_0_q8head_bn.gguf
+  python3 $H/skeleton.py grow $P/smol.skel $M/smol.gguf
+) > $T/models.txt 2>&1 &
+MODELS=$!
+wait "${TP[@]}"
+log tests done
+for f in $T/*.log; do echo "### $(basename "$f" .log): $(grep -E '^test result' "$f" | tr '\n' ' ') $(tail -1 "$f")"; done
+for f in $T/*.log; do echo "######## $(basename "$f")"; grep -v -E '^test .* ok$' "$f"; done > "$O/tests.log"
+wait $MODELS
+log models made
+cat $T/models.txt; ls -la $M
+
+# 2. copy bandwidth (PyTorch, CUDA): read + write, and read alone
+log bandwidth
+python3 - <<'PY' 2>&1 | tail -2
+import torch, time
+n = 1 << 30
+x = torch.ones(n // 4, dtype=torch.float32, device='cuda'); y = torch.empty_like(x)
+def t(f, k=20):
+    for _ in range(3): f()
+    torch.cuda.synchronize(); s = time.perf_counter()
+    for _ in range(k): f()
+    torch.cuda.synchronize(); return (time.perf_counter() - s) / k
+c = t(lambda: y.copy_(x)); r = t(lambda: x.sum())
+print(f"copy 1 GiB: {2*n/c/1e9:.0f} GB/s read+write; sum 1 GiB: {n/r/1e9:.0f} GB/s read")
+PY
+
+# 3. bench next to llama-bench, alternating (order swapped each round)
+if [ "$SMALL" = 1 ]; then A="-p 32 -n 8 -r 1"; else A="-p 512 -n 128 -r 3"; fi
+ours() { $PB bench "$1" --engine gpu $A --output json 2>/tmp/ours.err | tr -d '\n'; echo; tail -1 /tmp/ours.err >&2; }
+theirs() { LB -m "$1" -ngl 99 $A -o jsonl 2>/tmp/llama.err; grep -i -E "ggml_vulkan: 0|error|fail" /tmp/llama.err | head -2 >&2; }
+for r in 1 2; do
+  for m in tq2_0_bn smol tq2_0_q8head_bn; do
+    log bench $m round $r
+    if [ $r = 1 ]; then
+      echo "ours $m $r $(ours $M/$m.gguf)" >> "$O/bench.txt"; theirs $M/$m.gguf | sed "s/^/llama $m $r /" >> "$O/bench.txt"
+    else
+      theirs $M/$m.gguf | sed "s/^/llama $m $r /" >> "$O/bench.txt"; echo "ours $m $r $(ours $M/$m.gguf)" >> "$O/bench.txt"
+    fi
+  done
+done
+for m in tq2_0 i2_s; do log bench $m; echo "ours $m 1 $(ours $M/$m.gguf)" >> "$O/bench.txt"; done
+python3 $H/summ.py "$O/bench.txt"
+
+# 4. per-kernel profiles
+for m in tq2_0 tq2_0_q8head smol; do
+  log profile $m
+  $PB bench $M/$m.gguf --engine gpu $A --profile > "$O/profile_$m.txt" 2>&1
+  grep -A16 "profile of the decode" "$O/profile_$m.txt"
+done
+log end
