@@ -118,14 +118,14 @@ def rearch(src, dst, new='bitnet'):
     """Copy a bitnet-b1.58 GGUF with its architecture renamed (llama.cpp at the fixtures' commit
     knows only `bitnet`); tensor data and table unchanged, the header re-aligned."""
     with open(src, 'rb') as f:
-        data, tensors = read_header(f)
+        data, _ = read_header(f)
         f.seek(0)
         raw = f.read(data)
     import io
     b = io.BytesIO(raw)
     out = io.BytesIO()
     out.write(b.read(24))
-    (nt, nkv) = struct.unpack('<QQ', raw[8:24])
+    (_, nkv) = struct.unpack('<QQ', raw[8:24])
     scal = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
     def skip(t):

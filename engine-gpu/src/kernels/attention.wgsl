@@ -84,14 +84,12 @@ fn positions(r: u32) -> u32 {
     return pos + r + 1u;
 }
 
-// Element e of a tile's key staging (row e / KB of the tile, dimension col = e % KB of the
-// step): the cache's float, or 0 past the step's width. Past the staging's end (e ≥ staged)
-// it reads nothing and returns 0 (put_key drops it), so the caller may issue it
-// unconditionally.
+// Element e of a tile's key staging (row e / KB of the tile, dimension e % KB of the step):
+// the cache's float, or 0 past the step's width or the staging's end (e ≥ staged, which
+// put_key drops). The load is unconditional (element 0 of the cache stands in outside), so
+// that the caller's eight are issued together rather than each behind its own branch.
 fn stage_key(e: u32, staged: u32, t0: u32, first: u32, width: u32) -> f32 {
     let inside = e < staged && e % KB < width;
-    // The load is unconditional (element 0 stands in outside), so that the caller's eight
-    // are issued together rather than each behind its own branch.
     let key = k[select(0u, (t0 + e / KB) * p.kv_width + first + e % KB, inside)];
     return select(0.0, key, inside);
 }
