@@ -18,6 +18,9 @@ CHUNK_BLOCKS = 128
 
 
 def read_header(f):
+    """The GGUF header of `f`: (data offset, tensors as (name, dims, type, offset), metadata as
+    (key, start, end) with [start, end) the bytes of its type and value, the byte range of the
+    tensor table, the alignment)."""
     def rd(fmt):
         n = struct.calcsize('<' + fmt)
         return struct.unpack('<' + fmt, f.read(n))
@@ -39,12 +42,16 @@ def read_header(f):
     assert f.read(4) == b'GGUF'
     (ver, nt, nkv) = rd('IQQ')
     align = 32
+    kvs = []
     for _ in range(nkv):
         k = rstr()
+        start = f.tell()
         (t,) = rd('I')
         v = rval(t)
+        kvs.append((k, start, f.tell()))
         if k == 'general.alignment':
             align = v
+    table_start = f.tell()
     tensors = []
     for _ in range(nt):
         name = rstr()
@@ -54,7 +61,7 @@ def read_header(f):
         tensors.append((name, dims, ty, off))
     pos = f.tell()
     data = (pos + align - 1) // align * align
-    return data, tensors
+    return data, tensors, kvs, (table_start, pos), align
 
 
 def nbytes(dims, ty):
@@ -70,7 +77,7 @@ def nbytes(dims, ty):
 
 def pack(src, dst):
     with open(src, 'rb') as f:
-        data, tensors = read_header(f)
+        data, tensors, *_ = read_header(f)
         f.seek(0, 2)
         size = f.tell()
         f.seek(0)
@@ -91,7 +98,7 @@ def grow(src, dst):
         size, data = struct.unpack('<QQ', f.read(16))
         header = f.read(data)
     import io
-    _, tensors = read_header(io.BytesIO(header + b'\0' * 64))
+    _, tensors, *_ = read_header(io.BytesIO(header + b'\0' * 64))
     with open(src, 'rb') as f, open(dst, 'wb') as out:
         f.seek(16 + data)
         out.truncate(size)
@@ -116,56 +123,27 @@ if __name__ == '__main__' and sys.argv[1] in ('pack', 'grow'):
 
 def rearch(src, dst, new='bitnet'):
     """Copy a bitnet-b1.58 GGUF with its architecture renamed (llama.cpp at the fixtures' commit
-    knows only `bitnet`); tensor data and table unchanged, the header re-aligned."""
+    knows only `bitnet`); tensor table and data unchanged, the header re-aligned."""
     with open(src, 'rb') as f:
-        data, _ = read_header(f)
+        data, _, kvs, (table_start, table_end), align = read_header(f)
         f.seek(0)
         raw = f.read(data)
-    import io
-    b = io.BytesIO(raw)
-    out = io.BytesIO()
-    out.write(b.read(24))
-    (_, nkv) = struct.unpack('<QQ', raw[8:24])
-    scal = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-    def skip(t):
-        if t == 8:
-            (n,) = struct.unpack('<Q', b.read(8)); b.read(n)
-        elif t == 9:
-            (et, n) = struct.unpack('<IQ', b.read(12))
-            for _ in range(n):
-                skip(et)
-        else:
-            b.read(scal[t])
-    old = None
-    for _ in range(nkv):
-        (n,) = struct.unpack('<Q', b.read(8))
-        k = b.read(n).decode()
-        start = b.tell()
-        (t,) = struct.unpack('<I', b.read(4))
-        skip(t)
-        val = raw[start:b.tell()]
-        if k == 'general.architecture':
-            old = val[4 + 8:].decode()
-            val = struct.pack('<IQ', 8, len(new)) + new.encode()
-        elif old and k.startswith(old + '.'):
-            k = new + k[len(old):]
-        kb = k.encode()
-        out.write(struct.pack('<Q', len(kb)) + kb + val)
-    out.write(b.read())  # tensor infos and the old padding
-    hdr = out.getvalue()
-    bb = io.BytesIO(hdr)
-    read_header(bb)  # leaves bb at the end of the tensor infos (the old padding follows)
-    align = 32
-    with open(src, 'rb') as f, open(dst, 'wb') as o:
-        o.write(hdr[:bb.tell()])
-        o.write(b'\0' * ((-o.tell()) % align))
-        f.seek(data)
-        while True:
-            chunk = f.read(64 << 20)
-            if not chunk:
-                break
-            o.write(chunk)
+        old = None
+        header = bytearray(raw[:24])
+        for k, start, end in kvs:
+            val = raw[start:end]
+            if k == 'general.architecture':
+                old = val[4 + 8:].decode()
+                val = struct.pack('<IQ', 8, len(new)) + new.encode()
+            elif old and k.startswith(old + '.'):
+                k = new + k[len(old):]
+            header += struct.pack('<Q', len(k.encode())) + k.encode() + val
+        header += raw[table_start:table_end]
+        header += b'\0' * ((-len(header)) % align)
+        with open(dst, 'wb') as o:
+            o.write(header)
+            while chunk := f.read(64 << 20):
+                o.write(chunk)
 
 
 if __name__ == '__main__' and sys.argv[1] == 'rearch':

@@ -84,7 +84,8 @@ fn positions(r: u32) -> u32 {
     return pos + r + 1u;
 }
 
-// Element e of a tile's key staging (row e / KB of the tile, dimension e % KB of the step):
+// Element e of a tile's key staging (row e / KB of the tile, dimension e % KB of the step,
+// whose first dimension is cache column `first`):
 // the cache's float, or 0 past the step's width or the staging's end (e ≥ staged, which
 // put_key drops). The load is unconditional (element 0 of the cache stands in outside), so
 // that the caller's eight are issued together rather than each behind its own branch.
@@ -139,15 +140,16 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
             // batched through a private array measured slower there (1.07 → 1.38 ms of a 2B
             // token at 32 positions).
             let staged = count * KB;
+            let first = kv_off + d0;
             for (var e = lid.x; e < staged; e += 8u * WG) {
-                let k0 = stage_key(e, staged, t0, kv_off + d0, width);
-                let k1 = stage_key(e + WG, staged, t0, kv_off + d0, width);
-                let k2 = stage_key(e + 2u * WG, staged, t0, kv_off + d0, width);
-                let k3 = stage_key(e + 3u * WG, staged, t0, kv_off + d0, width);
-                let k4 = stage_key(e + 4u * WG, staged, t0, kv_off + d0, width);
-                let k5 = stage_key(e + 5u * WG, staged, t0, kv_off + d0, width);
-                let k6 = stage_key(e + 6u * WG, staged, t0, kv_off + d0, width);
-                let k7 = stage_key(e + 7u * WG, staged, t0, kv_off + d0, width);
+                let k0 = stage_key(e, staged, t0, first, width);
+                let k1 = stage_key(e + WG, staged, t0, first, width);
+                let k2 = stage_key(e + 2u * WG, staged, t0, first, width);
+                let k3 = stage_key(e + 3u * WG, staged, t0, first, width);
+                let k4 = stage_key(e + 4u * WG, staged, t0, first, width);
+                let k5 = stage_key(e + 5u * WG, staged, t0, first, width);
+                let k6 = stage_key(e + 6u * WG, staged, t0, first, width);
+                let k7 = stage_key(e + 7u * WG, staged, t0, first, width);
                 put_key(e, staged, k0);
                 put_key(e + WG, staged, k1);
                 put_key(e + 2u * WG, staged, k2);
