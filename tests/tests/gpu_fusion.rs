@@ -601,14 +601,23 @@ fn llama_layer_dispatches_are_fused() {
 
 /// RMS_NORM then LINEARs with int8-block activations: the norm and the rounding in one
 /// dispatch (`norm_quant_blocks`), in place or not, over rows that are not whole blocks (k =
-/// 45: a block of 32 and one of 13), at one token (q, k, v merged) and several; the normed
+/// 45: a block of 32 and one of 13; 600 and 1100 end in blocks of 24 and 12), at one token (q, k, v merged) and several; the normed
 /// tensor is read back (so its write is kept), and every output equals the unfused program's.
 #[test]
 fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
     if gpu_tests_skipped() {
         return;
     }
-    for (seed, n, k, inplace) in [(41, 1, 45, true), (42, 3, 45, false), (43, 2, 96, true), (44, 1, 96, false)] {
+    // 600 and 1100: rows long enough for the kernel's four-loads-a-step loop, at both of
+    // RMS_NORM's workgroup sizes (64 and 256).
+    for (seed, n, k, inplace) in [
+        (41, 1, 45, true),
+        (42, 3, 45, false),
+        (43, 2, 96, true),
+        (44, 1, 96, false),
+        (45, 1, 600, true),
+        (46, 2, 1100, false),
+    ] {
         let mut rng = SplitMix64(seed);
         let m = 37;
         let mut inputs = vec![

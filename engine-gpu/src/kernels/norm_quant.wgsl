@@ -6,12 +6,12 @@
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), act_quant.wgsl
 // (abs_bits, act_scale_bits, quantize1) and rms_norm.wgsl (its bindings, WG and inv_rms).
-// The float arithmetic is that of rms_norm.wgsl, operation for operation, with the same workgroup size (the dispatcher takes
-// rms_norm's), so every h_i = x_i · inv · w_i is bit-identical to the unfused RMS_NORM's
-// output; the quantization is bitlinear.wgsl's `quantize` applied to those values (the
-// absolute maximum is an exact integer maximum, whatever the workgroup size). The normed
-// values never leave registers: h is written to memory only when a later instruction reads
-// it (WRITE_OUT = 1).
+// The float arithmetic is that of rms_norm.wgsl, operation for operation, with the same
+// workgroup size (the dispatcher takes rms_norm's), so every h_i = x_i · inv · w_i is
+// bit-identical to the unfused RMS_NORM's output; the quantization is bitlinear.wgsl's
+// `quantize` applied to those values (the absolute maximum is an exact integer maximum,
+// whatever the workgroup size). The normed values never leave registers: h is written to
+// memory only when a later instruction reads it (WRITE_OUT = 1).
 //
 // Passes over the row: (1) Σ x² (rms_norm.wgsl's sum_squares); (2) max |h_i|;
 // (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
@@ -20,8 +20,10 @@
 //
 // norm_quant_blocks does the same with LINEAR's blocks of 32 (linear.wgsl's quantize_blocks,
 // bit for bit): pass 2 takes each block's max |h_i| into workgroup memory (an exact integer
-// atomicMax, so the order does not matter), pass 3 writes x̂_i = q_i / s_b into `xq`, the
-// scratch buffer the LINEAR products read as their x.
+// atomicMax, so the order does not matter), one invocation per block turns it into the
+// block's scale (act_scale_bits, a 26-step division: once per block, not once per element),
+// and pass 3 writes x̂_i = q_i / s_b into `xq`, the scratch buffer the LINEAR products read
+// as their x.
 
 // Params, x, weight, out, WG and inv_rms are rms_norm.wgsl's (concatenated before this file).
 @group(0) @binding(5) var<storage, read_write> acts: array<u32>;
@@ -92,6 +94,27 @@ const ACT_BLOCK: u32 = 32u;
 const MAX_BLOCKS: u32 = 512u;
 // The largest |h| bits of each block of the row.
 var<workgroup> block_max: array<atomic<u32>, MAX_BLOCKS>;
+// Each block's scale bits (act_scale_bits of its maximum).
+var<workgroup> block_scale: array<u32, MAX_BLOCKS>;
+
+// After pass 2: every block's scale, one invocation per block (whole workgroup, uniform
+// control flow: its barriers order pass 2's maxima before, and the scales before pass 3).
+fn block_scales(lidx: u32) {
+    workgroupBarrier();
+    for (var b = lidx; b < (p.cols + ACT_BLOCK - 1u) / ACT_BLOCK; b = b + WG) {
+        block_scale[b] = act_scale_bits(atomicLoad(&block_max[b]));
+    }
+    workgroupBarrier();
+}
+
+// Element e of the row: h (WRITE_OUT) and x̂ = q / s_b.
+fn store_rounded(base: u32, e: u32, h: f32) {
+    if (WRITE_OUT == 1u) {
+        out[base + e] = h;
+    }
+    let s_bits = block_scale[e / ACT_BLOCK];
+    xq[base + e] = dequantize1(quantize1(h, bitcast<f32>(s_bits), s_bits), s_bits);
+}
 
 // h = rms_norm(x) (or of `out`, in place), rounded to int8 blocks into xq.
 fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
@@ -107,25 +130,19 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
     let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
     var i = ids.lidx;
     for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
-        let v = load4(inplace, base, i);
-        let w = weight4(i);
-        atomicMax(&block_max[i / ACT_BLOCK], abs_bits(v.x * inv * w.x));
-        atomicMax(&block_max[(i + WG) / ACT_BLOCK], abs_bits(v.y * inv * w.y));
-        atomicMax(&block_max[(i + 2u * WG) / ACT_BLOCK], abs_bits(v.z * inv * w.z));
-        atomicMax(&block_max[(i + 3u * WG) / ACT_BLOCK], abs_bits(v.w * inv * w.w));
+        let h = load4(inplace, base, i) * inv * weight4(i);
+        atomicMax(&block_max[i / ACT_BLOCK], abs_bits(h.x));
+        atomicMax(&block_max[(i + WG) / ACT_BLOCK], abs_bits(h.y));
+        atomicMax(&block_max[(i + 2u * WG) / ACT_BLOCK], abs_bits(h.z));
+        atomicMax(&block_max[(i + 3u * WG) / ACT_BLOCK], abs_bits(h.w));
     }
     for (; i < p.cols; i = i + WG) {
         atomicMax(&block_max[i / ACT_BLOCK], abs_bits(load(inplace, base + i) * inv * weight[i]));
     }
-    workgroupBarrier();
+    block_scales(ids.lidx);
     // Each invocation reads and writes only its own elements: in place is safe.
     for (var e = ids.lidx; e < p.cols; e = e + WG) {
-        let h = load(inplace, base + e) * inv * weight[e];
-        if (WRITE_OUT == 1u) {
-            out[base + e] = h;
-        }
-        let s_bits = act_scale_bits(atomicLoad(&block_max[e / ACT_BLOCK]));
-        xq[base + e] = dequantize1(quantize1(h, bitcast<f32>(s_bits), s_bits), s_bits);
+        store_rounded(base, e, load(inplace, base + e) * inv * weight[e]);
     }
 }
 
