@@ -37,6 +37,7 @@ pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mu
     let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
     let sampler = args.generation.sampler()?;
     let (model, session) = args.generation.load_model(&file)?;
+    args.generation.say_seed(&sampler);
     // Each answer ends at the model's end-of-turn token.
     let opts =
         GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler, stop: None };

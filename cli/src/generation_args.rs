@@ -52,7 +52,8 @@ pub struct GenerationArgs {
 }
 
 impl GenerationArgs {
-    /// The sampler settings, checked; a random seed is said on stderr when it matters.
+    /// The sampler settings, checked (before the model loads, so a bad flag costs no load).
+    /// A random seed is said later, by [`Self::say_seed`], once the model has loaded.
     pub fn sampler(&self) -> Result<SamplerConfig, CliError> {
         let seed = self.seed.unwrap_or_else(random_seed);
         let sampler = SamplerConfig {
@@ -67,10 +68,16 @@ impl GenerationArgs {
             seed,
         };
         sampler.validate()?;
-        if self.seed.is_none() && self.temp > 0.0 {
-            eprintln!("purebee-rs: sampling seed {seed}");
-        }
         Ok(sampler)
+    }
+
+    /// Says `sampler`'s seed on stderr when it was drawn at random and matters (temperature
+    /// above 0), so the run can be repeated. Called once the model has loaded and the
+    /// prompt fits: a command that fails before that prints its error alone.
+    pub fn say_seed(&self, sampler: &SamplerConfig) {
+        if self.seed.is_none() && sampler.temperature > 0.0 {
+            eprintln!("purebee-rs: sampling seed {}", sampler.seed);
+        }
     }
 
     /// The most tokens to generate (`-n -1`: no limit but the context).

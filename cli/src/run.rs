@@ -84,6 +84,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         .into());
     }
+    args.generation.say_seed(&sampler);
     let opts = GenerateOptions {
         max_new_tokens: args.generation.max_new_tokens(),
         ignore_eos: args.ignore_eos,

@@ -94,6 +94,11 @@ fn bad_input_is_a_clear_error_and_a_non_zero_exit() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
+    // An engine that cannot be made: the error and nothing before it (no sampling seed).
+    let o = purebee(&["run", m, "--engine", "cpu", "-t", "0", "-p", "hi", "--temp", "0.8"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "-t 0 succeeded");
+    assert_eq!(stderr.trim(), "error: --threads 0: the CPU engine needs at least one thread", "{stderr}");
     let o = purebee(&["run", "/nonexistent.gguf", "-p", "hi"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("/nonexistent.gguf"));
 }
