@@ -9,6 +9,10 @@
 # llama/libgomp.so.1): build-llama-cpp.sh's sources with -DGGML_VULKAN=ON
 # -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF, and a glslc new enough
 # for cooperative matrices and integer dot products (Debian trixie's shaderc 2025.2 did).
+#
+# AB="rev1 rev2 ...": also a release purebee-rs of each git revision (a branch with a kernel
+# change not yet measured on a GPU), built in a temporary worktree, packed as ab/<rev>/;
+# run.sh then benches them alternated with this tree's (MODE=ab runs only that).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .dev
@@ -31,6 +35,16 @@ for line in open(sys.argv[1]):
 PY
 strip "$P"/tests/*
 cp target/release/purebee-rs "$P/" && strip "$P/purebee-rs"
+for rev in ${AB:-}; do
+  W=$(mktemp -d)
+  git worktree add -q --detach "$W" "$rev"
+  # One target directory for every revision: each build is incremental on the last.
+  (cd "$W" && CARGO_TARGET_DIR="$OLDPWD/target/ab" cargo build --release --locked -q -p purebee-cli) ||
+    { git worktree remove --force "$W"; exit 1; }
+  git worktree remove --force "$W"
+  mkdir -p "$P/ab/$rev"
+  cp target/ab/release/purebee-rs "$P/ab/$rev/" && strip "$P/ab/$rev/purebee-rs"
+done
 cp fixtures/bitnet-tiny/*.json fixtures/bitnet-tiny/tiny_b158_i2_s.gguf fixtures/bitnet-tiny/tiny_b158_tq2_0.gguf \
   fixtures/bitnet-tiny/tiny_b158_f32.gguf fixtures/bitnet-tiny/tiny_bitnet_tq2_0.gguf "$P/fixtures/"
 SMOL=${PUREBEE_SMOLLM2_GGUF:-$(./scripts/fetch-smollm2.sh)}

@@ -5,8 +5,12 @@
 # Needs .dev/pack.tar.xz (make-pack.sh), optionally .dev/llama.tar.xz, and the Vulkan loader
 # unpacked first where the machine lacks it:
 #     for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; bash tools/gpu-run/run.sh
-# Everything is written under $OUT as it goes (main.log, tests.log, bench.txt, profile_*.txt).
+# Everything is written under $OUT as it goes (main.log, tests.log, bench.txt, ab.txt,
+# profile_*.txt).
 # SMALL=1: the tiny shape and short runs (a dry run on lavapipe).
+# MODE=ab: only the A/B of the pack's ab/<rev>/purebee-rs (make-pack.sh's AB) against this
+# tree's binary, alternated on the same files, with their profiles: no tests, no llama.cpp.
+# (With ab/ binaries in the pack, the full run ends with the same A/B.)
 set -u
 R=$PWD
 O=${OUT:-/tmp/out}
@@ -14,8 +18,9 @@ mkdir -p "$O"
 exec > >(tee -a "$O/main.log") 2>&1
 log() { echo "== $(date +%T) $*"; }
 SMALL=${SMALL:-0}
+MODE=${MODE:-full}
 H=$(dirname "$0")
-log start in "$R", small=$SMALL
+log start in "$R", small=$SMALL, mode=$MODE
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && [ "$SMALL" = 0 ]; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
@@ -37,7 +42,7 @@ LB() { LD_LIBRARY_PATH=$P/llama "$P/llama/llama-bench" "$@"; }
 log tests
 T=/tmp/gpu-run-logs; mkdir -p $T
 TP=()
-for b in $P/tests/*; do
+[ "$MODE" = ab ] || for b in $P/tests/*; do
   n=$(basename "$b")
   (cd /work/main/tests && timeout "${TEST_TIMEOUT:-240}" "$b" --test-threads=4 > $T/$n.log 2>&1; echo "rc=$?" >> $T/$n.log) &
   TP+=($!)
@@ -56,15 +61,20 @@ M=/tmp/gpu-run-models; mkdir -p $M
   python3 $H/skeleton.py grow $P/smol.skel $M/smol.gguf
 ) > $T/models.txt 2>&1 &
 MODELS=$!
-wait "${TP[@]}"
+# (Never a plain `wait`: it would also wait for tee's process substitution, forever.)
+[ ${#TP[@]} = 0 ] || wait "${TP[@]}"
 log tests done
-for f in $T/*.log; do echo "### $(basename "$f" .log): $(grep -E '^test result' "$f" | tr '\n' ' ') $(tail -1 "$f")"; done
-for f in $T/*.log; do echo "######## $(basename "$f")"; grep -v -E '^test .* ok$' "$f"; done > "$O/tests.log"
+if [ "$MODE" != ab ]; then
+  for f in $T/*.log; do echo "### $(basename "$f" .log): $(grep -E '^test result' "$f" | tr '\n' ' ') $(tail -1 "$f")"; done
+  for f in $T/*.log; do echo "######## $(basename "$f")"; grep -v -E '^test .* ok$' "$f"; done > "$O/tests.log"
+fi
 wait $MODELS
 log models made
 cat $T/models.txt; ls -la $M
 
-# 2. copy bandwidth (PyTorch, CUDA): read + write, and read alone
+# 2. copy bandwidth (PyTorch, CUDA): read + write, and read alone (steps 2 to 4: the full
+# run only)
+if [ "$MODE" != ab ]; then
 log bandwidth
 python3 - <<'PY' 2>&1 | tail -2
 import torch, time
@@ -102,4 +112,30 @@ for m in tq2_0 tq2_0_q8head smol; do
   $PB bench $M/$m.gguf --engine gpu $A --profile > "$O/profile_$m.txt" 2>&1
   grep -A16 "profile of the decode" "$O/profile_$m.txt"
 done
+fi
+
+# 5. A/B: this tree's binary and each ab/<rev>/purebee-rs, alternated (order reversed each
+# round), then each one's profile
+if [ -d $P/ab ]; then
+  BINS=("main:$PB")
+  for d in $P/ab/*/; do BINS+=("$(basename "$d"):$d/purebee-rs"); done
+  if [ "$SMALL" = 1 ]; then AA="-p 32 -n 8 -r 1"; else AA="-p 512 -n 128 -r 2"; fi
+  for r in 1 2; do
+    ORDER=("${BINS[@]}")
+    [ $r = 2 ] && ORDER=($(printf '%s\n' "${BINS[@]}" | tac))
+    for m in tq2_0 smol tq2_0_q8head; do
+      for nb in "${ORDER[@]}"; do
+        log ab ${nb%%:*} $m round $r
+        echo "${nb%%:*} $m $r $(${nb#*:} bench $M/$m.gguf --engine gpu $AA --output json 2>/dev/null | tr -d '\n')" >> "$O/ab.txt"
+      done
+    done
+  done
+  python3 $H/summ.py "$O/ab.txt"
+  for nb in "${BINS[@]}"; do
+    for m in tq2_0 smol; do
+      log ab profile ${nb%%:*} $m
+      ${nb#*:} bench $M/$m.gguf --engine gpu $AA --profile > "$O/ab_profile_${nb%%:*}_$m.txt" 2>&1
+    done
+  done
+fi
 log end
