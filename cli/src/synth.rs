@@ -31,6 +31,7 @@
 //! to a temporary file beside `--out`, which is renamed onto `--out` only once it is complete
 //! and synced; on failure the temporary file is removed, so no half-written model is left.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -115,8 +116,8 @@ impl WeightFormat {
 /// The hyper-parameters of a synthetic model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelShape {
-    /// A short name for `general.name`.
-    pub name: &'static str,
+    /// A short name for `general.name` (owned when `--layers` changed the shape).
+    pub name: Cow<'static, str>,
     /// Tokens in the vocabulary (rows of `token_embd`).
     pub n_vocab: usize,
     /// `embedding_length`.
@@ -151,7 +152,7 @@ impl ModelShape {
 
 /// BitNet-b1.58-2B-4T (docs/formats.md § BitNet b1.58).
 pub const BITNET_2B: ModelShape = ModelShape {
-    name: "bitnet-b1.58-2B-4T-shape",
+    name: Cow::Borrowed("bitnet-b1.58-2B-4T-shape"),
     n_vocab: 128_256,
     n_embd: 2560,
     n_layer: 30,
@@ -165,7 +166,7 @@ pub const BITNET_2B: ModelShape = ModelShape {
 
 /// The committed tiny fixtures (`fixtures/bitnet-tiny`).
 pub const TINY: ModelShape = ModelShape {
-    name: "tiny-bitnet-b1.58-256x4",
+    name: Cow::Borrowed("tiny-bitnet-b1.58-256x4"),
     n_vocab: 8192,
     n_embd: 256,
     n_layer: 4,
@@ -414,6 +415,11 @@ pub struct SynthArgs {
     /// The GGUF file to write (replaced if it exists).
     #[arg(long)]
     pub out: PathBuf,
+    /// The number of layers instead of the shape's own. The tiny shape at the 2B's 30
+    /// layers has the 2B's dispatches per token with almost none of its work: what an
+    /// engine costs per dispatch, apart from the bytes.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub layers: Option<u32>,
 }
 
 /// What went wrong writing a synthetic model.
@@ -531,7 +537,12 @@ impl fmt::Display for Bytes {
 
 /// Runs `synth`: builds the model and writes it, with a summary on `out`.
 pub fn run(args: &SynthArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let shape = args.shape.shape();
+    let mut shape = args.shape.shape().clone();
+    if let Some(layers) = args.layers {
+        shape.n_layer = layers as usize;
+        shape.name = Cow::Owned(format!("{}-{layers}-layers", shape.name));
+    }
+    let shape = &shape;
     // Fail before building (seconds for the 2B shape) when the output cannot be written.
     let dir = match args.out.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -549,9 +560,10 @@ pub fn run(args: &SynthArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let tensor_bytes: usize = planned.iter().filter_map(PlannedTensor::n_bytes).sum();
     writeln!(
         out,
-        "wrote {}: {} ({}), {} tensors, {parameters} parameters, {tensor_bytes} bytes of tensor data, file {}, seed {}, in {:.1} s",
+        "wrote {}: {}, {} layers ({}), {} tensors, {parameters} parameters, {tensor_bytes} bytes of tensor data, file {}, seed {}, in {:.1} s",
         args.out.display(),
         shape.name,
+        shape.n_layer,
         args.weights.dtype(),
         planned.len(),
         Bytes(file_len),

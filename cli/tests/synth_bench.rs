@@ -210,15 +210,41 @@ fn no_mmap_reads_the_file_and_generates_the_same_tokens() {
 }
 
 #[test]
+fn layers_changes_only_the_layer_count() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("deep.gguf");
+    let o = ok(&["synth", "--shape", "tiny", "--layers", "7", "--out", s(&out)]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(": tiny-bitnet-b1.58-256x4-7-layers, 7 layers (I2_S), 79 tensors"),
+        "{o:?}"
+    );
+    let o = ok(&["inspect", s(&out), "--json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(j["metadata"]["bitnet-b1.58.block_count"]["value"], 7);
+    assert_eq!(j["metadata"]["bitnet-b1.58.embedding_length"]["value"], DIM);
+    assert_eq!(j["metadata"]["general.name"]["value"], "synthetic-tiny-bitnet-b1.58-256x4-7-layers-i2_s-seed1234");
+    let names: Vec<&str> =
+        j["tensors"].as_array().expect("tensors").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"blk.6.ffn_down.weight") && !names.iter().any(|n| n.starts_with("blk.7.")), "{names:?}");
+    let o = ok(&["run", s(&out), "--tokens", "1,2,3", "-n", "2", "--temp", "0", "--engine", "ref", "--output", "json"]);
+    let j: Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert!(j["generated_ids"].as_array().is_some_and(|g| !g.is_empty()), "{j}");
+}
+
+#[test]
 fn bad_flags_and_outputs_are_clear_errors() {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = synth(dir.path(), "m.gguf", "i2_s", 1);
     let m = s(&model);
-    let cases: [(Vec<&str>, &str); 4] = [
+    let cases: [(Vec<&str>, &str); 5] = [
         (vec!["bench", m, "-p", "2", "-n", "1", "--repetitions", "0"], "--repetitions 0: must be at least 1"),
         (vec!["bench", m, "-p", "8", "-n", "4", "-c", "10"], "-c 10: the context must hold -p 8 plus -n 4 = 12"),
         (vec!["bench", m, "-p", "0", "-n", "0"], "-n 0: with -p 0 there is nothing to measure"),
         (vec!["synth", "--shape", "huge", "--out", "x.gguf"], "huge"),
+        (
+            vec!["synth", "--shape", "tiny", "--layers", "0", "--out", "x.gguf"],
+            "'--layers <LAYERS>': 0 is not in 1..=1024",
+        ),
     ];
     for (args, message) in cases {
         let o = purebee(&args);

@@ -59,6 +59,9 @@ M=/tmp/gpu-run-models; mkdir -p $M
   python3 $H/skeleton.py rearch $M/tq2_0.gguf $M/tq2_0_bn.gguf
   python3 $H/skeleton.py rearch $M/tq2_0_q8head.gguf $M/tq2_0_q8head_bn.gguf
   python3 $H/skeleton.py grow $P/smol.skel $M/smol.gguf
+  # The tiny shape at 30 layers: the 2B's dispatches per token with almost no work, so its
+  # decode time over its dispatches is what a dispatch costs apart from its bytes.
+  $PB synth --shape tiny --layers 30 --weights tq2_0 --out $M/tiny30.gguf
 ) > $T/models.txt 2>&1 &
 MODELS=$!
 # (Never a plain `wait`: it would also wait for tee's process substitution, forever.)
@@ -103,7 +106,7 @@ for r in 1 2; do
     fi
   done
 done
-for m in tq2_0 i2_s; do log bench $m; echo "ours $m 1 $(ours $M/$m.gguf)" >> "$O/bench.txt"; done
+for m in tq2_0 i2_s tiny30; do log bench $m; echo "ours $m 1 $(ours $M/$m.gguf)" >> "$O/bench.txt"; done
 python3 $H/summ.py "$O/bench.txt"
 
 # 4. per-kernel profiles
