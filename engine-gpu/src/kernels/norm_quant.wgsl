@@ -97,11 +97,16 @@ var<workgroup> block_max: array<atomic<u32>, MAX_BLOCKS>;
 // Each block's scale bits (act_scale_bits of its maximum).
 var<workgroup> block_scale: array<u32, MAX_BLOCKS>;
 
+// Blocks of the row (the last one shorter when p.cols is not a multiple of ACT_BLOCK).
+fn row_blocks() -> u32 {
+    return (p.cols + ACT_BLOCK - 1u) / ACT_BLOCK;
+}
+
 // After pass 2: every block's scale, one invocation per block (whole workgroup, uniform
 // control flow: its barriers order pass 2's maxima before, and the scales before pass 3).
 fn block_scales(lidx: u32) {
     workgroupBarrier();
-    for (var b = lidx; b < (p.cols + ACT_BLOCK - 1u) / ACT_BLOCK; b = b + WG) {
+    for (var b = lidx; b < row_blocks(); b = b + WG) {
         block_scale[b] = act_scale_bits(atomicLoad(&block_max[b]));
     }
     workgroupBarrier();
@@ -123,7 +128,7 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
         return;
     }
     let base = row * p.cols;
-    for (var b = ids.lidx; b < (p.cols + ACT_BLOCK - 1u) / ACT_BLOCK; b = b + WG) {
+    for (var b = ids.lidx; b < row_blocks(); b = b + WG) {
         atomicStore(&block_max[b], 0u);
     }
     // (The reduction's barriers also order the stores above before pass 2.)
