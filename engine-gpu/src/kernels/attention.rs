@@ -1,18 +1,20 @@
-//! ATTENTION (`attention.wgsl`): an online-softmax kernel over tiles of [`WG`] cache
-//! positions, with the positions of each query row split into [`splits`] chunks when there
-//! are too few (row, head) pairs to fill the GPU (decode), and a second dispatch that merges
-//! the chunks' partial results from the program's scratch buffer. With one chunk (prefill)
-//! the first dispatch writes the output itself.
+//! ATTENTION (`attention.wgsl`): an online-softmax kernel over tiles of [`TILE`] cache
+//! positions. A workgroup takes one query row and up to [`MAX_HEADS`] query heads of one kv
+//! head, so that the heads of a group share each key and value row it loads. When there
+//! are too few such workgroups to fill the GPU (decode), each row's positions are split
+//! into [`splits`] chunks and a second dispatch merges the chunks' partial results from the
+//! program's scratch buffer; with one chunk (prefill) the first dispatch writes the output
+//! itself.
 //!
-//! Bytes per call, for `n` query rows at positions `p_r = pos + r`, `n_head` heads of
-//! `head_dim` (`hd`), `S` splits: reads `4·n·n_head·hd` of queries and, per (row, head),
-//! `4·(p_r + 1)·hd` of keys and as many of values: `8·hd·n_head·Σ_r (p_r + 1)` in all, of
-//! which the distinct bytes are `8·(pos + n)·n_kv_head·hd` (the query heads of one group,
-//! and later rows, re-read the same cache rows, from cache memory on a GPU); writes
-//! `4·n·n_head·hd`. With `S > 1`, also writes and reads back `4·n·n_head·S·(hd + 2)` of
-//! partial results. Decode on the 2B model at position 4095 (20 heads, 5 kv heads,
-//! `hd = 128`): 20 MiB of distinct cache bytes per call (80 MiB requested, each kv head by
-//! its 4 query heads), 26 splits, 270 KB of partials written and read.
+//! Bytes per call, for `n` query rows at positions `p_r = pos + r`, `n_kv` kv heads of
+//! `head_dim` (`hd`), `c` workgroups per (row, kv head) (`ceil(group / MAX_HEADS)`), `S`
+//! splits: reads `4·n·n_head·hd` of queries and, per (row, kv head, c), `4·(p_r + 1)·hd` of
+//! keys and as many of values: `8·hd·n_kv·c·Σ_r (p_r + 1)` in all, of which the distinct
+//! bytes are `8·(pos + n)·n_kv·hd` (later rows re-read the same cache rows, from cache
+//! memory on a GPU); writes `4·n·n_head·hd`. With `S > 1`, also writes and reads back
+//! `4·n·n_head·S·(hd + 2)` of partial results. Decode on the 2B model at position 4095 (20
+//! heads, 5 kv heads, `hd = 128`): 20 MiB of cache read once per call, 64 splits, 666 KB of
+//! partials written and read.
 
 use purebee_isa::ops::Attention;
 
@@ -20,8 +22,18 @@ use super::{ArgSlot, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
-/// Threads per workgroup, and cache positions per tile.
-pub(crate) const WG: u32 = 64;
+/// Threads per workgroup (`WG` in `attention.wgsl`).
+const WG: usize = 128;
+
+/// Cache positions per tile (`TILE` in `attention.wgsl`).
+pub(crate) const TILE: usize = 32;
+
+/// At most this many query heads per workgroup (`MAX_HEADS`: the kernel keeps one running
+/// sum per head in each thread's registers).
+const MAX_HEADS: usize = 8;
+
+/// The workgroup memory the kernel may use: WebGPU's guaranteed minimum.
+const WORKGROUP_BYTES: usize = 16384;
 
 /// Split the positions until about this many workgroups run (enough to fill a large GPU).
 const TARGET_WORKGROUPS: usize = 512;
@@ -37,10 +49,10 @@ pub(crate) struct Params {
     pub n: u32,
     /// Query heads.
     pub n_head: u32,
-    /// Elements per head.
-    pub head_dim: u32,
     /// Query heads per kv head.
     pub group: u32,
+    /// Workgroups per (row, kv head).
+    pub chunks: u32,
     /// `n_head · head_dim`.
     pub q_width: u32,
     /// `n_kv_head · head_dim`.
@@ -57,16 +69,36 @@ pub(crate) struct Params {
     pub slot: u32,
 }
 
-/// How many chunks each row's positions are split into: 1 when the (row, head) pairs
-/// alone give [`TARGET_WORKGROUPS`], otherwise enough to reach it, but no more than
-/// [`MAX_SPLITS`] and no more than one per [`WG`] rows of the cache (a split gets at least a
-/// full tile at full context).
-pub(crate) fn splits(n: usize, n_head: usize, n_ctx: usize) -> usize {
-    let pairs = n.saturating_mul(n_head).max(1);
-    if pairs >= TARGET_WORKGROUPS {
+/// How a workgroup covers a head: `cols` threads take a dimension each (`min(hd, WG)`),
+/// `row_groups` of them side by side take every `row_groups`-th position of a tile.
+fn value_threads(hd: usize) -> (usize, usize) {
+    let cols = hd.clamp(1, WG);
+    (cols, (WG / cols).min(TILE))
+}
+
+/// The kernel's workgroup memory, in floats, for `heads` heads of `hd` (its `var<workgroup>`
+/// arrays).
+fn workgroup_floats(heads: usize, hd: usize) -> usize {
+    let (_, row_groups) = value_threads(hd);
+    heads * (hd + WG + 2 * TILE + row_groups * hd + 3)
+}
+
+/// Query heads per workgroup: the whole group when it fits [`MAX_HEADS`] and the workgroup
+/// memory, otherwise the most that do; `None` when not even one head's arrays fit.
+fn heads_per_workgroup(group: usize, hd: usize) -> Option<usize> {
+    (1..=group.clamp(1, MAX_HEADS)).rev().find(|&h| workgroup_floats(h, hd) * 4 <= WORKGROUP_BYTES)
+}
+
+/// How many chunks each row's positions are split into: 1 when the workgroups of the rows
+/// alone (`per_split`) reach [`TARGET_WORKGROUPS`], otherwise enough to reach it, but no
+/// more than [`MAX_SPLITS`] and no more than one per [`TILE`] rows of the cache (a split
+/// gets at least a full tile at full context).
+pub(crate) fn splits(per_split: usize, n_ctx: usize) -> usize {
+    let per_split = per_split.max(1);
+    if per_split >= TARGET_WORKGROUPS {
         return 1;
     }
-    TARGET_WORKGROUPS.div_ceil(pairs).min(MAX_SPLITS).min(n_ctx.div_ceil(WG as usize)).max(1)
+    TARGET_WORKGROUPS.div_ceil(per_split).min(MAX_SPLITS).min(n_ctx.div_ceil(TILE)).max(1)
 }
 
 /// The dispatches: `partial`, then `combine` when the positions are split.
@@ -77,30 +109,43 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
     // The ISA checked that head_dim divides both widths and n_kv_head divides n_head.
     let hd = (a.head_dim as usize).max(1);
     let (n_head, n_kv) = (q_width / hd, (kv_width / hd).max(1));
-    let s = splits(n, n_head, n_ctx);
+    let group = (n_head / n_kv).max(1);
     let too_big = |what: String| GpuError::Unsupported { op: "ATTENTION", what };
+    let heads = heads_per_workgroup(group, hd)
+        .ok_or_else(|| too_big(format!("a head of {hd} elements (its tile does not fit {WORKGROUP_BYTES} bytes of workgroup memory)")))?;
+    let chunks = group.div_ceil(heads);
+    let per_split = n.checked_mul(n_kv).and_then(|g| g.checked_mul(chunks));
+    let per_split = per_split.ok_or_else(|| too_big(format!("{n} rows of {n_head} heads")))?;
+    let s = splits(per_split, n_ctx);
     let u = |v: usize| u32::try_from(v).map_err(|_| too_big(format!("a size of {v} (over 2^32)")));
-    let groups = n.checked_mul(n_head).and_then(|g| g.checked_mul(s));
-    let groups = groups.ok_or_else(|| too_big(format!("{n} rows of {n_head} heads")))?;
+    let groups = per_split.checked_mul(s).ok_or_else(|| too_big(format!("{n} rows of {n_head} heads")))?;
     // The kernels index workgroups with u32.
     u(groups)?;
+    u(n.saturating_mul(n_head))?;
     let params = Params {
         n: u(n)?,
         n_head: u(n_head)?,
-        head_dim: a.head_dim,
-        group: u((n_head / n_kv).max(1))?,
+        group: u(group)?,
+        chunks: u(chunks)?,
         q_width: u(q_width)?,
         kv_width: u(kv_width)?,
         n_ctx: u(n_ctx)?,
         splits: u(s)?,
         scale: (1.0 / (hd as f64).sqrt()) as f32,
         pos: ctx.u32_arg(a.pos),
-        slot: a.head_dim.checked_add(2).ok_or_else(|| too_big("a head of 2^32 elements".to_string()))?,
+        slot: u(hd + 2)?,
     };
+    let (cols, row_groups) = value_threads(hd);
     let key = |entry, direct| PipelineKey {
         shader: Shader::Attention,
         entry,
-        constants: vec![("WG", WG), ("DIRECT", direct)],
+        constants: vec![
+            ("HD", hd as u32),
+            ("HEADS", heads as u32),
+            ("COLS", cols as u32),
+            ("ROWG", row_groups as u32),
+            ("DIRECT", direct),
+        ],
     };
     let inputs = [(1, Storage::Tensor(a.q, 0)), (2, Storage::Tensor(a.k_cache, 0)), (3, Storage::Tensor(a.v_cache, 0))];
     let bytes = bytemuck::bytes_of(&params).to_vec();
@@ -114,7 +159,7 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
             workgroups: ctx.grid_1d(groups, 1),
         }]);
     }
-    let scratch = (groups as u64).saturating_mul(hd as u64 + 2).saturating_mul(4);
+    let scratch = (n * n_head * s) as u64 * (hd as u64 + 2) * 4;
     let mut storage = inputs.to_vec();
     storage.extend([(4, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (5, Storage::RunParams)]);
     Ok(vec![
@@ -133,7 +178,7 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
 
 #[cfg(test)]
 mod tests {
-    use super::splits;
+    use super::{heads_per_workgroup, splits, workgroup_floats, MAX_HEADS, WORKGROUP_BYTES};
 
     #[test]
     fn params_match_the_wgsl_struct_size() {
@@ -142,19 +187,35 @@ mod tests {
     }
 
     #[test]
+    fn a_group_shares_a_workgroup_while_it_fits() {
+        // The 2B model (4 query heads per kv head of 128) and SmolLM2 (3 of 64).
+        assert_eq!(heads_per_workgroup(4, 128), Some(4));
+        assert_eq!(heads_per_workgroup(3, 64), Some(3));
+        // Larger groups are cut into workgroups of MAX_HEADS, wide heads into fewer.
+        assert_eq!(heads_per_workgroup(32, 64), Some(MAX_HEADS));
+        assert_eq!(heads_per_workgroup(8, 1024), Some(1));
+        assert_eq!(heads_per_workgroup(8, 4096), None);
+        for hd in [1, 7, 64, 100, 128, 256, 1024] {
+            let h = heads_per_workgroup(MAX_HEADS, hd).expect("fits");
+            assert!(workgroup_floats(h, hd) * 4 <= WORKGROUP_BYTES, "head dim {hd}");
+        }
+    }
+
+    #[test]
     fn decode_is_split_and_prefill_is_not() {
-        // The 2B model: 20 heads, 4096 positions.
-        assert_eq!(splits(1, 20, 4096), 26);
-        assert_eq!(splits(512, 20, 4096), 1);
-        assert_eq!(splits(26, 20, 4096), 1);
-        // The shapes of the differential tests' pinned cases: SmolLM2 decode is split, the
-        // 512-row prefill is not.
-        assert_eq!(splits(1, 9, 2048), 32);
-        assert_eq!(splits(512, 4, 712), 1);
+        // The 2B model: 5 kv heads of one workgroup each, 4096 positions.
+        assert_eq!(splits(5, 4096), 64);
+        assert_eq!(splits(512 * 5, 4096), 1);
+        assert_eq!(splits(103 * 5, 4096), 1);
+        // At a 640-position context, splits of one tile.
+        assert_eq!(splits(5, 640), 20);
+        // SmolLM2 decode (3 kv heads) is split, its 512-row prefill is not.
+        assert_eq!(splits(3, 2048), 64);
+        assert_eq!(splits(512, 712), 1);
         // A short cache is never split into chunks shorter than a tile.
-        assert_eq!(splits(1, 2, 64), 1);
-        assert_eq!(splits(1, 2, 65), 2);
-        assert_eq!(splits(1, 1, 1 << 20), 64);
-        assert_eq!(splits(0, 0, 0), 1);
+        assert_eq!(splits(2, 32), 1);
+        assert_eq!(splits(2, 33), 2);
+        assert_eq!(splits(1, 1 << 20), 64);
+        assert_eq!(splits(0, 0), 1);
     }
 }

@@ -1,21 +1,27 @@
 // ATTENTION: causal grouped-query softmax attention, as an online ("flash") softmax over
-// tiles of WG cache positions, split over the positions when there are few query rows
-// (split-K / flash-decoding).
+// tiles of TILE cache positions, split over the positions when there are too few query
+// rows to fill the GPU (split-K / flash-decoding).
 //
-// `partial`: one workgroup per (query row r, head h, split s). Row r attends to positions
-// 0 ..= p, p = pos + r; split s takes the s-th of `splits` equal chunks of them. Per tile of
-// WG positions: the workgroup stages the tile's keys in workgroup memory, KB dimensions at a
-// time (consecutive threads load consecutive floats of a key row, so the loads coalesce),
-// and thread j accumulates the score of position t0 + j from there (rows padded to KB + 1
-// floats so that the threads' reads fall in different banks); every thread then reads the
-// tile's scores to find the running maximum, thread j turns its score into an unnormalized
-// weight, and thread d accumulates Σ_j w_j · v_j[d] for its dimensions (consecutive threads,
-// consecutive floats of a value row), rescaling what it had by e^(m_old − m_new). No
-// cross-lane reduction is needed: the tile's max and weight sum are read from workgroup
-// memory by every thread (a broadcast), so the kernel is the same with or without subgroups.
-// Each thread owns its output dimensions, so the accumulator lives in the destination
-// buffer: `out` itself when splits == 1 (DIRECT, normalized at the end), or the split's
-// slot [m, l, o_0 .. o_{head_dim−1}] of the scratch buffer otherwise.
+// `partial`: one workgroup per (query row r, kv head, chunk of up to HEADS of its query
+// heads, split s). Row r attends to positions 0 ..= p, p = pos + r; split s takes the s-th
+// of `splits` equal chunks of them. The workgroup's query heads share every key and value
+// row it loads (a kv head's group reads the cache once, not once per query head). Per tile:
+//   1. scores: LANES threads per position, each summing q·k over the dimensions
+//      lane, lane + LANES, ... (the key row read straight from memory, eight loads issued
+//      before any is used), for each of the workgroup's heads;
+//   2. the lanes' sums are added (lane order) and scaled;
+//   3. per head, the tile's maximum against the running one, and each position's
+//      unnormalized weight e^(s − m);
+//   4. values: thread (column c, row group g) sums w·v over the tile's positions
+//      g, g + ROWG, ... for the dimensions c, c + COLS, ..., and rescales what it had by
+//      e^(m_old − m_new); the sums live in workgroup memory, one row per row group, each
+//      element owned by one thread.
+// Every load of a tile is issued at most two batches deep, so a tile costs a few memory
+// round trips rather than one per staged element. No cross-lane reduction instruction is
+// used, so the kernel is the same with or without subgroups.
+//
+// At the end the row groups' sums are added; the result goes to `out`, normalized, when
+// splits == 1 (DIRECT), or to the split's slot [m, l, o_0 .. o_{HD−1}] of the scratch buffer.
 //
 // `combine` (splits > 1): one workgroup per (row, head) merges the splits' slots:
 // M = max m_s, L = Σ l_s e^(m_s − M), out[d] = Σ o_s[d] e^(m_s − M) / L.
@@ -27,23 +33,24 @@ struct Params {
     // Query rows.
     n: u32,
     n_head: u32,
-    head_dim: u32,
     // Query heads per kv head: n_head / n_kv_head.
     group: u32,
-    // n_head · head_dim.
+    // Workgroups per (row, kv head): ceil(group / HEADS).
+    chunks: u32,
+    // n_head · HD.
     q_width: u32,
-    // n_kv_head · head_dim.
+    // n_kv_head · HD.
     kv_width: u32,
     // Rows of the caches.
     n_ctx: u32,
     // Chunks the positions of each row are split into (1: DIRECT, no combine pass).
     splits: u32,
-    // 1 / sqrt(head_dim).
+    // 1 / sqrt(HD).
     scale: f32,
     // The position of query row 0: a constant, or run-time parameter `pos_param`.
     pos_value: u32,
     pos_param: u32,
-    // Floats per split slot in the scratch buffer: head_dim + 2.
+    // Floats per split slot in the scratch buffer: HD + 2.
     slot: u32,
 }
 
@@ -51,29 +58,47 @@ struct Params {
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
 @group(0) @binding(3) var<storage, read> v: array<f32>;
-// `partial`'s accumulator: `out` (DIRECT) or the scratch buffer.
+// `partial`'s destination: `out` (DIRECT) or the scratch buffer.
 @group(0) @binding(4) var<storage, read_write> acc: array<f32>;
 @group(0) @binding(5) var<storage, read> run: array<u32>;
 // `combine`'s input (the scratch buffer) and output.
 @group(0) @binding(6) var<storage, read> parts: array<f32>;
 @group(0) @binding(7) var<storage, read_write> out: array<f32>;
 
-// Threads per workgroup, and positions per tile.
-override WG: u32 = 64u;
-// Key dimensions staged per step.
-const KB: u32 = 32u;
+// Elements per head.
+override HD: u32 = 64u;
+// Query heads per workgroup (at most MAX_HEADS).
+override HEADS: u32 = 1u;
+// Value columns taken at once, min(HD, WG), and the row groups beside them,
+// min(WG / COLS, TILE).
+override COLS: u32 = 64u;
+override ROWG: u32 = 2u;
 // 1 when splits == 1: `partial` writes the normalized output itself.
 override DIRECT: u32 = 0u;
+
+// Threads per workgroup.
+const WG: u32 = 128u;
+// Cache positions per tile, and threads per position for the scores.
+const TILE: u32 = 32u;
+const LANES: u32 = WG / TILE;
+// The per-thread head sums are private arrays of this size.
+const MAX_HEADS: u32 = 8u;
 
 // The score of positions past a chunk's end; also the `m` of an empty split.
 const LOWEST: f32 = -3.40282347e38;
 
-// WG key rows of KB dimensions, padded to KB + 1.
-var<workgroup> keys: array<f32, WG * (KB + 1u)>;
-// The query's KB dimensions of the current step (read by every thread: a broadcast).
-var<workgroup> q_chunk: array<f32, KB>;
-var<workgroup> scores: array<f32, WG>;
-var<workgroup> weights: array<f32, WG>;
+var<workgroup> queries: array<f32, HEADS * HD>;
+// Per (head, position, lane): that lane's part of the score.
+var<workgroup> lane_dots: array<f32, HEADS * WG>;
+// Per (head, position): the scaled score, and its weight.
+var<workgroup> scores: array<f32, HEADS * TILE>;
+var<workgroup> weights: array<f32, HEADS * TILE>;
+// Per (row group, head, dimension): Σ w·v so far, against the running maximum.
+var<workgroup> sums: array<f32, ROWG * HEADS * HD>;
+// Per head: the running maximum and weight sum, and the current tile's maximum.
+var<workgroup> m_run: array<f32, HEADS>;
+var<workgroup> l_run: array<f32, HEADS>;
+var<workgroup> m_tile: array<f32, HEADS>;
 
 // The positions query row r attends to: pos + r + 1, clamped to the cache.
 fn positions(r: u32) -> u32 {
@@ -84,151 +109,195 @@ fn positions(r: u32) -> u32 {
     return pos + r + 1u;
 }
 
-// Element e of a tile's key staging (row e / KB of the tile, dimension e % KB of the step,
-// whose first dimension is cache column `first`):
-// the cache's float, or 0 past the step's width or the staging's end (e ≥ staged, which
-// put_key drops). The load is unconditional (element 0 of the cache stands in outside), so
-// that the caller's eight are issued together rather than each behind its own branch.
-fn stage_key(e: u32, staged: u32, t0: u32, first: u32, width: u32) -> f32 {
-    let inside = e < staged && e % KB < width;
-    let key = k[select(0u, (t0 + e / KB) * p.kv_width + first + e % KB, inside)];
-    return select(0.0, key, inside);
+// Dimension d of the key row at `row`, or 0 past the head (d ≥ HD). The load is
+// unconditional (dimension 0 stands in) so that a caller's eight are issued together.
+fn key(row: u32, d: u32) -> f32 {
+    return select(0.0, k[row + select(0u, d, d < HD)], d < HD);
 }
 
-fn put_key(e: u32, staged: u32, key: f32) {
-    if (e < staged) {
-        keys[(e / KB) * (KB + 1u) + e % KB] = key;
-    }
+// Query dimension d of head h (clamped; its key is 0 past the head).
+fn query(h: u32, d: u32) -> f32 {
+    return queries[h * HD + min(d, HD - 1u)];
 }
 
 @compute @workgroup_size(WG)
 fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let n_kv = p.n_head / p.group;
     let g = wid.y * nwg.x + wid.x;
-    if (g >= p.splits * p.n_head * p.n) {
+    if (g >= p.splits * p.chunks * n_kv * p.n) {
         return;
     }
     let s = g % p.splits;
-    let h = (g / p.splits) % p.n_head;
-    let r = g / (p.splits * p.n_head);
-    let q_off = r * p.q_width + h * p.head_dim;
-    let kv_off = (h / p.group) * p.head_dim;
+    let chunk_of_group = (g / p.splits) % p.chunks;
+    let kv_head = (g / (p.splits * p.chunks)) % n_kv;
+    let r = g / (p.splits * p.chunks * n_kv);
+    // This workgroup's query heads: h0 .. h0 + heads.
+    let h0 = kv_head * p.group + chunk_of_group * HEADS;
+    let heads = min(HEADS, p.group - chunk_of_group * HEADS);
+    let kv_off = kv_head * HD;
     let len = positions(r);
     let chunk = (len + p.splits - 1u) / p.splits;
     let start = min(s * chunk, len);
     let end = min(start + chunk, len);
-    var acc_off = ((r * p.n_head + h) * p.splits + s) * p.slot + 2u;
-    if (DIRECT == 1u) {
-        acc_off = q_off;
-    }
 
-    var m_run = LOWEST;
-    var l_run = 0.0;
-    for (var t0 = start; t0 < end; t0 += WG) {
-        let t = t0 + lid.x;
-        // The tile's positions: a short split's last (or only) tile stages only those
-        // rows. The rows past them keep stale values, whose scores the select below
-        // replaces (t ≥ end).
-        let count = min(WG, end - t0);
-        var dot = 0.0;
-        for (var d0 = 0u; d0 < p.head_dim; d0 += KB) {
-            let width = min(KB, p.head_dim - d0);
-            // Eight loads per step, issued before any of them is used: on a GPU each load
-            // waits hundreds of cycles, and with one load per step the staging of a tile was
-            // a chain of count · KB / WG of those waits (most of the kernel's 78 µs a call on
-            // an H200 at 576 positions). Named loads, not a private array: eight loads
-            // batched through a private array measured slower there (1.07 → 1.38 ms of a 2B
-            // token at 32 positions).
-            let staged = count * KB;
-            let first = kv_off + d0;
-            for (var e = lid.x; e < staged; e += 8u * WG) {
-                let k0 = stage_key(e, staged, t0, first, width);
-                let k1 = stage_key(e + WG, staged, t0, first, width);
-                let k2 = stage_key(e + 2u * WG, staged, t0, first, width);
-                let k3 = stage_key(e + 3u * WG, staged, t0, first, width);
-                let k4 = stage_key(e + 4u * WG, staged, t0, first, width);
-                let k5 = stage_key(e + 5u * WG, staged, t0, first, width);
-                let k6 = stage_key(e + 6u * WG, staged, t0, first, width);
-                let k7 = stage_key(e + 7u * WG, staged, t0, first, width);
-                put_key(e, staged, k0);
-                put_key(e + WG, staged, k1);
-                put_key(e + 2u * WG, staged, k2);
-                put_key(e + 3u * WG, staged, k3);
-                put_key(e + 4u * WG, staged, k4);
-                put_key(e + 5u * WG, staged, k5);
-                put_key(e + 6u * WG, staged, k6);
-                put_key(e + 7u * WG, staged, k7);
-            }
-            if (lid.x < width) {
-                q_chunk[lid.x] = q[q_off + d0 + lid.x];
-            }
-            workgroupBarrier();
-            for (var c = 0u; c < width; c++) {
-                dot += q_chunk[c] * keys[lid.x * (KB + 1u) + c];
-            }
-            workgroupBarrier();
-        }
-        let score = select(LOWEST, dot * p.scale, t < end);
-        scores[lid.x] = score;
-        workgroupBarrier();
-        var m_new = m_run;
-        for (var j = 0u; j < count; j++) {
-            m_new = max(m_new, scores[j]);
-        }
-        weights[lid.x] = select(0.0, exp(score - m_new), t < end);
-        workgroupBarrier();
-        // The first tile has nothing to rescale (and the accumulator holds stale data).
+    for (var e = lid.x; e < HEADS * HD; e += WG) {
+        let inside = e / HD < heads;
+        queries[e] = select(0.0, q[select(0u, r * p.q_width + h0 * HD + e, inside)], inside);
+    }
+    if (lid.x < HEADS) {
+        m_run[lid.x] = LOWEST;
+        l_run[lid.x] = 0.0;
+    }
+    workgroupBarrier();
+
+    // Step 1's position and lane; step 4's column and row group.
+    let at = lid.x / LANES;
+    let lane = lid.x % LANES;
+    let col = lid.x % COLS;
+    let row_group = lid.x / COLS;
+    for (var t0 = start; t0 < end; t0 += TILE) {
+        let count = min(TILE, end - t0);
         let first = t0 == start;
-        let alpha = exp(m_run - m_new);
-        var l_tile = 0.0;
-        for (var j = 0u; j < count; j++) {
-            l_tile += weights[j];
-        }
-        l_run = select(l_run * alpha + l_tile, l_tile, first);
-        for (var d = lid.x; d < p.head_dim; d += WG) {
-            var o = 0.0;
-            var v_off = t0 * p.kv_width + kv_off + d;
-            var j = 0u;
-            // Eight value rows per step, loaded before they are used: on a GPU each load
-            // waits hundreds of cycles, so one load per iteration would wait `count` times.
-            // (The sum is still taken in position order.)
-            for (; j + 8u <= count; j += 8u) {
-                let v0 = v[v_off];
-                let v1 = v[v_off + p.kv_width];
-                let v2 = v[v_off + 2u * p.kv_width];
-                let v3 = v[v_off + 3u * p.kv_width];
-                let v4 = v[v_off + 4u * p.kv_width];
-                let v5 = v[v_off + 5u * p.kv_width];
-                let v6 = v[v_off + 6u * p.kv_width];
-                let v7 = v[v_off + 7u * p.kv_width];
-                o += weights[j] * v0;
-                o += weights[j + 1u] * v1;
-                o += weights[j + 2u] * v2;
-                o += weights[j + 3u] * v3;
-                o += weights[j + 4u] * v4;
-                o += weights[j + 5u] * v5;
-                o += weights[j + 6u] * v6;
-                o += weights[j + 7u] * v7;
-                v_off += 8u * p.kv_width;
-            }
-            for (; j < count; j++) {
-                o += weights[j] * v[v_off];
-                v_off += p.kv_width;
-            }
-            acc[acc_off + d] = select(acc[acc_off + d] * alpha + o, o, first);
-        }
-        m_run = m_new;
-    }
 
-    if (DIRECT == 1u) {
-        // The only split holds position 0, so l_run > 0.
-        for (var d = lid.x; d < p.head_dim; d += WG) {
-            acc[acc_off + d] = acc[acc_off + d] / l_run;
+        // 1. This lane's part of each head's score for position t0 + at.
+        var dots: array<f32, MAX_HEADS>;
+        let key_row = select(0u, (t0 + at) * p.kv_width + kv_off, at < count);
+        for (var d = lane; d < HD; d += 8u * LANES) {
+            let k0 = key(key_row, d);
+            let k1 = key(key_row, d + LANES);
+            let k2 = key(key_row, d + 2u * LANES);
+            let k3 = key(key_row, d + 3u * LANES);
+            let k4 = key(key_row, d + 4u * LANES);
+            let k5 = key(key_row, d + 5u * LANES);
+            let k6 = key(key_row, d + 6u * LANES);
+            let k7 = key(key_row, d + 7u * LANES);
+            for (var h = 0u; h < HEADS; h++) {
+                var dot = dots[h];
+                dot += query(h, d) * k0;
+                dot += query(h, d + LANES) * k1;
+                dot += query(h, d + 2u * LANES) * k2;
+                dot += query(h, d + 3u * LANES) * k3;
+                dot += query(h, d + 4u * LANES) * k4;
+                dot += query(h, d + 5u * LANES) * k5;
+                dot += query(h, d + 6u * LANES) * k6;
+                dot += query(h, d + 7u * LANES) * k7;
+                dots[h] = dot;
+            }
         }
-    } else if (lid.x == 0u) {
-        // An empty split (start == end) records m = LOWEST, l = 0; `combine` skips it.
-        acc[acc_off - 2u] = m_run;
-        acc[acc_off - 1u] = l_run;
+        for (var h = 0u; h < HEADS; h++) {
+            lane_dots[h * WG + lid.x] = dots[h];
+        }
+        workgroupBarrier();
+
+        // 2. Scores, per (head, position).
+        for (var e = lid.x; e < HEADS * TILE; e += WG) {
+            var dot = 0.0;
+            for (var l = 0u; l < LANES; l++) {
+                dot += lane_dots[e * LANES + l];
+            }
+            scores[e] = select(LOWEST, dot * p.scale, e % TILE < count && e / TILE < heads);
+        }
+        workgroupBarrier();
+
+        // 3. Each head's new maximum, and the weights.
+        for (var e = lid.x; e < HEADS * TILE; e += WG) {
+            let h = e / TILE;
+            var m = m_run[h];
+            for (var j = 0u; j < count; j++) {
+                m = max(m, scores[h * TILE + j]);
+            }
+            weights[e] = select(0.0, exp(scores[e] - m), e % TILE < count);
+            if (e % TILE == 0u) {
+                m_tile[h] = m;
+            }
+        }
+        workgroupBarrier();
+
+        // 4. Σ w·v for this thread's columns over its row group's positions of the tile.
+        if (row_group < ROWG) {
+            for (var d = col; d < HD; d += COLS) {
+                var o: array<f32, MAX_HEADS>;
+                var j = row_group;
+                var v_off = (t0 + j) * p.kv_width + kv_off + d;
+                let step = ROWG * p.kv_width;
+                // Eight value rows per step, loaded before they are used. (Each sum is
+                // still taken in position order.)
+                for (; j + 7u * ROWG < count; j += 8u * ROWG) {
+                    let v0 = v[v_off];
+                    let v1 = v[v_off + step];
+                    let v2 = v[v_off + 2u * step];
+                    let v3 = v[v_off + 3u * step];
+                    let v4 = v[v_off + 4u * step];
+                    let v5 = v[v_off + 5u * step];
+                    let v6 = v[v_off + 6u * step];
+                    let v7 = v[v_off + 7u * step];
+                    for (var h = 0u; h < HEADS; h++) {
+                        let w = h * TILE + j;
+                        var sum = o[h];
+                        sum += weights[w] * v0;
+                        sum += weights[w + ROWG] * v1;
+                        sum += weights[w + 2u * ROWG] * v2;
+                        sum += weights[w + 3u * ROWG] * v3;
+                        sum += weights[w + 4u * ROWG] * v4;
+                        sum += weights[w + 5u * ROWG] * v5;
+                        sum += weights[w + 6u * ROWG] * v6;
+                        sum += weights[w + 7u * ROWG] * v7;
+                        o[h] = sum;
+                    }
+                    v_off += 8u * step;
+                }
+                for (; j < count; j += ROWG) {
+                    let value = v[v_off];
+                    for (var h = 0u; h < HEADS; h++) {
+                        o[h] += weights[h * TILE + j] * value;
+                    }
+                    v_off += step;
+                }
+                for (var h = 0u; h < HEADS; h++) {
+                    // The first tile has nothing to rescale.
+                    let alpha = exp(m_run[h] - m_tile[h]);
+                    let i = (row_group * HEADS + h) * HD + d;
+                    sums[i] = select(sums[i] * alpha + o[h], o[h], first);
+                }
+            }
+        }
+        if (lid.x < HEADS) {
+            let h = lid.x;
+            var l_tile = 0.0;
+            for (var j = 0u; j < count; j++) {
+                l_tile += weights[h * TILE + j];
+            }
+            l_run[h] = select(l_run[h] * exp(m_run[h] - m_tile[h]) + l_tile, l_tile, first);
+        }
+        workgroupBarrier();
+        // Read again only in step 3 of the next tile, two barriers on.
+        if (lid.x < HEADS) {
+            m_run[lid.x] = m_tile[lid.x];
+        }
+    }
+    workgroupBarrier();
+
+    for (var e = lid.x; e < heads * HD; e += WG) {
+        let h = e / HD;
+        let d = e % HD;
+        var o = 0.0;
+        for (var g = 0u; g < ROWG; g++) {
+            o += sums[(g * HEADS + h) * HD + d];
+        }
+        if (DIRECT == 1u) {
+            // The only split holds position 0, so l_run > 0.
+            acc[r * p.q_width + (h0 + h) * HD + d] = o / l_run[h];
+        } else {
+            let slot = ((r * p.n_head + h0 + h) * p.splits + s) * p.slot;
+            acc[slot + 2u + d] = o;
+            if (d == 0u) {
+                // An empty split (start == end) records m = LOWEST, l = 0; `combine`
+                // skips it.
+                acc[slot] = m_run[h];
+                acc[slot + 1u] = l_run[h];
+            }
+        }
     }
 }
 
@@ -254,8 +323,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
             l += parts[at + 1u] * exp(parts[at] - m);
         }
     }
-    // out row r, head h starts at r · q_width + h · head_dim = g · head_dim.
-    for (var d = lid.x; d < p.head_dim; d += WG) {
+    // out row r, head h starts at r · q_width + h · HD = g · HD.
+    for (var d = lid.x; d < HD; d += WG) {
         var o = 0.0;
         for (var s = 0u; s < p.splits; s++) {
             let at = first_slot + s * p.slot;
@@ -263,6 +332,6 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
                 o += parts[at + 2u + d] * exp(parts[at] - m);
             }
         }
-        out[g * p.head_dim + d] = o / l;
+        out[g * HD + d] = o / l;
     }
 }
