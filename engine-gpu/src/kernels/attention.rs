@@ -114,11 +114,11 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
     let heads = heads_per_workgroup(group, hd)
         .ok_or_else(|| too_big(format!("a head of {hd} elements (its tile does not fit {WORKGROUP_BYTES} bytes of workgroup memory)")))?;
     let chunks = group.div_ceil(heads);
-    let per_split = n.checked_mul(n_kv).and_then(|g| g.checked_mul(chunks));
-    let per_split = per_split.ok_or_else(|| too_big(format!("{n} rows of {n_head} heads")))?;
+    let too_many = || too_big(format!("{n} rows of {n_head} heads"));
+    let per_split = n.checked_mul(n_kv).and_then(|g| g.checked_mul(chunks)).ok_or_else(too_many)?;
     let s = splits(per_split, n_ctx);
     let u = |v: usize| u32::try_from(v).map_err(|_| too_big(format!("a size of {v} (over 2^32)")));
-    let groups = per_split.checked_mul(s).ok_or_else(|| too_big(format!("{n} rows of {n_head} heads")))?;
+    let groups = per_split.checked_mul(s).ok_or_else(too_many)?;
     // The kernels index workgroups with u32.
     u(groups)?;
     u(n.saturating_mul(n_head))?;
