@@ -6,6 +6,7 @@
 //! up to three run-time positions. Cache
 //! rows past the last position any run may read hold NaN, so reading one fails the test.
 //! One test records KV_WRITE and ATTENTION of two layers in one program, as a model does.
+//! One checks that a head too wide for the GPU kernel's workgroup memory is a typed error.
 //!
 //! Tolerance, per output element (u = 2^-24), from the length of the sums (for a row at
 //! position p, L = p + 1 positions; N = ceil(L / 32) tiles of the kernel on one chain):
@@ -476,4 +477,29 @@ fn chunked_prefill_of_two_layers_in_one_program() {
 #[test]
 fn chunked_prefill_of_two_layers_in_one_program_on_the_cpu() {
     on_cpu_levels(chunked_prefill_of_two_layers).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A head too wide for the GPU kernel's workgroup memory (4096 elements) is a typed error
+/// naming ATTENTION and the head, not a panic or a wrong answer.
+#[test]
+fn a_head_too_wide_for_the_gpu_kernel_is_an_error() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let mut gpu =
+        purebee_engine_gpu::GpuEngine::new(&purebee_engine_gpu::GpuOptions::default()).expect("a wgpu adapter");
+    let hd = 4096;
+    let tensor = |name: &str, rows| {
+        HostTensor::from_f32(name, Shape::matrix(rows, hd).expect("shape"), vec![0.5; rows * hd]).expect("sizes agree")
+    };
+    let q = gpu.memory_mut().insert("wide.q", tensor("q", 1)).expect("unique");
+    let k = gpu.memory_mut().insert("wide.k", tensor("k", 4)).expect("unique");
+    let v = gpu.memory_mut().insert("wide.v", tensor("v", 4)).expect("unique");
+    let mut b = ProgramBuilder::new("wide", gpu.memory_mut());
+    let out = b.alloc("wide.out", DType::F32, &[1, hd]).expect("alloc");
+    b.attention(Attention { out, q, k_cache: k, v_cache: v, head_dim: hd as u32, pos: U32Arg::Const(3) })
+        .expect("a valid ATTENTION");
+    let program = b.finish();
+    let err = gpu.execute(&program, &[]).expect_err("a head of 4096 does not fit the kernel").to_string();
+    assert!(err.contains("ATTENTION") && err.contains("4096"), "{err}");
 }
