@@ -103,3 +103,24 @@ fn dequantize1(q: i32, s_bits: u32) -> f32 {
     let sign = select(0u, 0x80000000u, q < 0);
     return bitcast<f32>(sign | div_bits(bitcast<u32>(f32(abs(q))), s_bits));
 }
+
+// The int8-block scratch buffer (ScratchKey::LinearActivations) of an [n, k] x, in words:
+//   0 .. n·k                 x̂ = q / s_b (f32 bits), row-major;
+//   then n · blocks · 8      each block's 32 codes q, four int8 per word (element 4j + i in
+//                            byte i of word j), zeros past k;
+//   then n · blocks          each block's scale s_b (f32 bits).
+// blocks = ceil(k / 32). linear.rs: int8_scratch_bytes.
+fn int8_blocks(k: u32) -> u32 {
+    return (k + 31u) / 32u;
+}
+
+// Word j (< 8) of the codes of block `blk` of row `row`.
+fn int8_code_word(n: u32, k: u32, row: u32, blk: u32, j: u32) -> u32 {
+    return n * k + (row * int8_blocks(k) + blk) * 8u + j;
+}
+
+// The scale word of block `blk` of row `row`.
+fn int8_scale_word(n: u32, k: u32, row: u32, blk: u32) -> u32 {
+    return n * k + n * int8_blocks(k) * 8u + row * int8_blocks(k) + blk;
+}
+

@@ -17,15 +17,23 @@
 //!   `⌈n / 32⌉` times (`⌈n/32⌉ · m · row_bytes(k)`), x `⌈m / 64⌉` times, writes `4nm`.
 //!
 //! Activations: with [`LinearActivations::Int8Blocks`], one more dispatch comes first,
-//! `quantize_blocks`: one invocation per element slot of x's 32-element blocks
-//! (`32 · n · ⌈k/32⌉` invocations, [`GEMV_WG`] per workgroup; one per block ran its 32
+//! `quantize_blocks`: one invocation per word of codes (4 element slots) of x's 32-element
+//! blocks (`8 · n · ⌈k/32⌉` invocations, [`GEMV_WG`] per workgroup; one per block ran its 32
 //! correctly rounded divisions in a row, about 38 µs per call on an H200), which rounds each
 //! block to int8 exactly as the ISA does (the scale and rounding of `act_quant.wgsl`, shared
-//! with BITLINEAR) and writes `x̂ = q / s_b`, correctly rounded to f32, into the scratch
-//! buffer [`ScratchKey::LinearActivations`] (`4nk` bytes, read and written once). The product
-//! kernels above then run unchanged with that buffer as their x. x̂ differs from the exact
-//! `q / s_b` by one rounding (relative error ≤ 2⁻²⁴ per element), inside the summation's
-//! own error; every `q` equals the reference's.
+//! with BITLINEAR) into the scratch buffer [`ScratchKey::LinearActivations`]
+//! ([`int8_scratch_bytes`]: `4nk` bytes of `x̂ = q / s_b`, correctly rounded to f32, then each
+//! block's codes, four per word, and its scale `s_b`). Every `q` equals the reference's.
+//! - One token against Q4_0, Q4_1 or Q8_0 weights (`INT8`): `gemv` and `gemv_rows` take
+//!   blocks of 32 instead of chunks of 8 (`dot_blocks`), multiply the codes as integers with
+//!   `dot4I8Packed` (8 per block) and scale each block's exact sum once, as the CPU engine
+//!   does: per 32 elements 8 words of activations and a scale instead of 32
+//!   floats, and Q8_0's codes as 8 or 9 whole words. With f32 activations a Q8_0 chunk cost
+//!   as many loads as an F16 one for half its bytes: the H200 read the Q8_0 LM head at 394
+//!   GB/s against the F16 head's 818.
+//! - Otherwise (several tokens, other weights) the product kernels run unchanged with `x̂`
+//!   as their x: one rounding from the exact `q / s_b` (relative error ≤ 2⁻²⁴ per element),
+//!   inside the summation's own error.
 //!
 //! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
 //! (`gemv_multi`, a grid over the three weights' rows), and gate and up with the activation
@@ -53,6 +61,10 @@ use crate::GpuError;
 
 /// Invocations per workgroup of `gemv` and `gemv_rows`.
 pub(crate) const GEMV_WG: u32 = 64;
+
+/// Element slots per invocation of `quantize_blocks` (`SLOTS` in `linear.wgsl`: one word of
+/// codes).
+const ACT_SLOTS: usize = 4;
 /// Rows up to this length take `gemv_rows` (at most 32 eight-element chunks per invocation)
 /// on a CPU adapter. On a GPU every row takes `gemv`'s 64 invocations: `gemv_rows`' eight
 /// lanes per row chained up to 32 chunks each, 20 µs per SmolLM2 projection on an H200.
@@ -196,11 +208,12 @@ pub(crate) fn record_with(
                 storage.push((6, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots(m))));
                 let shader = if subgroup { Shader::LinearArgmaxSubgroup } else { Shader::LinearArgmax };
                 let write = ("WRITE_OUT", u32::from(write_out));
+                let int8 = ("INT8", int8_products(l, w.dtype));
                 let (entry, constants, workgroups) = if short_rows(ctx, k) {
-                    let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write];
+                    let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write, int8];
                     ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
                 } else {
-                    let c = vec![("WG", GEMV_WG), ("DTYPE", code), ("PART_ROWS", PART_ROWS), write];
+                    let c = vec![("WG", GEMV_WG), ("DTYPE", code), ("PART_ROWS", PART_ROWS), write, int8];
                     ("gemv_argmax", c, ctx.grid_1d(wm.div_ceil(PART_ROWS as usize), 1))
                 };
                 KernelCall {
@@ -212,7 +225,9 @@ pub(crate) fn record_with(
             }
             _ => {
                 // The plain store, or a fused epilogue in its place (the same kernels).
-                let (mut constants, (portable, subgroups)) = (vec![("WG", GEMV_WG), ("DTYPE", code)], store.0);
+                let int8 = if n == 1 { int8_products(l, w.dtype) } else { 0 };
+                let (mut constants, (portable, subgroups)) =
+                    (vec![("WG", GEMV_WG), ("DTYPE", code), ("INT8", int8)], store.0);
                 constants.extend(store.1.iter().copied());
                 storage.extend(store.2.iter().copied());
                 if n == 1 && short_rows(ctx, k) {
@@ -258,8 +273,22 @@ pub(crate) fn record_with(
 fn product_x(l: &Linear, n: usize, k: usize) -> Storage {
     match l.activations {
         LinearActivations::F32 => Storage::Tensor(l.x, 0),
-        LinearActivations::Int8Blocks => Storage::Scratch(ScratchKey::LinearActivations, 4 * (n * k) as u64),
+        LinearActivations::Int8Blocks => Storage::Scratch(ScratchKey::LinearActivations, int8_scratch_bytes(n, k)),
     }
+}
+
+/// Bytes of the int8-block scratch buffer of an [n, k] x (`act_quant.wgsl`'s layout): x̂
+/// (`4nk`), each 32-element block's codes (8 words) and its scale (1 word).
+pub(crate) fn int8_scratch_bytes(n: usize, k: usize) -> u64 {
+    let blocks = k.div_ceil(LINEAR_ACT_BLOCK) as u64;
+    4 * (n as u64) * (k as u64 + 9 * blocks)
+}
+
+/// `INT8` in `linear.wgsl`: 1 when the one-token products of weights of `dtype` multiply the
+/// int8-block codes of `l`'s x as integers (Q4_0, Q4_1, Q8_0 with int8-block activations).
+fn int8_products(l: &Linear, dtype: DType) -> u32 {
+    let quantized = matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0);
+    u32::from(quantized && l.activations == LinearActivations::Int8Blocks)
 }
 
 /// The `quantize_blocks` dispatch rounding LINEAR `l`'s x ([n, k]) to int8 blocks, when its
@@ -274,7 +303,7 @@ fn quantize_blocks(ctx: &RecordCtx, l: &Linear, n: usize, k: usize) -> Result<Op
         key: PipelineKey { shader: Shader::Linear, entry: "quantize_blocks", constants: vec![("WG", GEMV_WG)] },
         params: bytemuck::bytes_of(&params).to_vec(),
         storage: vec![(1, Storage::Tensor(l.x, 0)), (5, product_x(l, n, k))],
-        workgroups: ctx.grid_1d(n * k.div_ceil(LINEAR_ACT_BLOCK) * LINEAR_ACT_BLOCK, GEMV_WG),
+        workgroups: ctx.grid_1d(n * k.div_ceil(LINEAR_ACT_BLOCK) * LINEAR_ACT_BLOCK / ACT_SLOTS, GEMV_WG),
     }))
 }
 
@@ -398,6 +427,7 @@ pub(crate) fn multi_product(
     params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
     let products = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))? as usize;
     constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
+    constants.push(("INT8", int8_products(ls[0], ts[0].dtype)));
     let mut calls: Vec<KernelCall> = Vec::new();
     if quantize {
         calls.extend(quantize_blocks(ctx, ls[0], 1, k)?);
@@ -453,6 +483,7 @@ pub(crate) fn gated_product(
     let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, MultiKind::Gated, k);
     constants.extend([
         ("DTYPE", dtype_code(tg.dtype).unwrap_or(0)),
+        ("INT8", int8_products(g, tg.dtype)),
         ("WRITE_OUT", u32::from(write_out)),
         ("UNARY_OP", op as u32),
         ("BINARY_OP", BinaryOp::Mul as u32),

@@ -69,18 +69,23 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+// x [n, k] as f32 bits, or the int8-block scratch buffer (act_quant.wgsl's layout: x̂ first).
+@group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 // Ternary scales (part 1 of the ternary layout); other dtypes bind part 0 here, unread.
 @group(0) @binding(3) var<storage, read> ws: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
-// quantize_blocks: x̂ [n, k], the x of the product kernel that follows.
-@group(0) @binding(5) var<storage, read_write> xq: array<f32>;
+// quantize_blocks: the int8-block scratch buffer (x̂, the codes and the scales), the x of
+// the product kernel that follows.
+@group(0) @binding(5) var<storage, read_write> xq: array<u32>;
 
 // Invocations per workgroup of gemv and quantize_blocks (a power of two, ≤ 256).
 override WG: u32 = 64u;
 // The weight dtype: one of the DT_* below.
 override DTYPE: u32 = 0u;
+// 1 when x is the int8-block scratch buffer and the weight is Q4_0, Q4_1 or Q8_0: the
+// one-token products multiply the codes as integers, a block at a time (dot_blocks).
+override INT8: u32 = 0u;
 
 const DT_F32: u32 = 0u;
 const DT_F16: u32 = 1u;
@@ -222,44 +227,144 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
 // Elements per int8 block of quantize_blocks (the ISA's LINEAR_ACT_BLOCK).
 const ACT_BLOCK: u32 = 32u;
 
-// The largest |x| bits of each 32-element block of the workgroup (WG / ACT_BLOCK blocks;
-// WG ≤ 256).
-var<workgroup> block_max: array<atomic<u32>, 8>;
+// Element slots per invocation of quantize_blocks: one word of codes.
+const SLOTS: u32 = 4u;
 
-// One invocation per element: the block's invocations (ACT_BLOCK consecutive ones, within
-// one workgroup since WG is a multiple of ACT_BLOCK) take the maximum of their |x| bits
-// (exact: an integer maximum), then each rounds its own element. One invocation per block
-// did 32 of dequantize1's 26-step divisions in a row: about 38 µs per call on an H200.
+// The largest |x| bits of each 32-element block of the workgroup (WG · SLOTS / ACT_BLOCK
+// blocks; WG ≤ 256).
+var<workgroup> block_max: array<atomic<u32>, 32>;
+
+// Element j of row `row` of x, or 0 past the row (or past the rows).
+fn x_slot(row: u32, j: u32) -> f32 {
+    if (row < p.n && j < p.k) {
+        return bitcast<f32>(x[row * p.k + j]);
+    }
+    return 0.0;
+}
+
+// Four element slots (one word of codes) per invocation: the block's invocations
+// (ACT_BLOCK / SLOTS consecutive ones, within one workgroup) take the maximum of their |x|
+// bits (exact: an integer maximum), then each rounds its own four elements and writes x̂,
+// their codes (one word) and, for a block's first word, the block's scale.
 @compute @workgroup_size(WG)
 fn quantize_blocks(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-    let blocks = (p.k + ACT_BLOCK - 1u) / ACT_BLOCK;
+    let blocks = int8_blocks(p.k);
     // Element slot i: block i / ACT_BLOCK (row-major over rows of `blocks` blocks), element
     // i % ACT_BLOCK of it; past the row's end (its last block short) nothing is read.
-    let i = (wid.y * nwg.x + wid.x) * WG + lidx;
+    let i = ((wid.y * nwg.x + wid.x) * WG + lidx) * SLOTS;
     let row = i / (blocks * ACT_BLOCK);
-    let b = (i / ACT_BLOCK) % blocks;
-    let j = b * ACT_BLOCK + i % ACT_BLOCK;
-    let inside = row < p.n && j < p.k;
-    let e = row * p.k + j;
-    var v = 0.0;
-    if (lidx < WG / ACT_BLOCK) {
+    let blk = (i / ACT_BLOCK) % blocks;
+    let j = blk * ACT_BLOCK + i % ACT_BLOCK;
+    let local_block = lidx * SLOTS / ACT_BLOCK;
+    if (lidx < WG * SLOTS / ACT_BLOCK) {
         atomicStore(&block_max[lidx], 0u);
     }
     workgroupBarrier();
-    if (inside) {
-        v = x[e];
-        atomicMax(&block_max[lidx / ACT_BLOCK], abs_bits(v));
-    }
+    let v = vec4<f32>(x_slot(row, j), x_slot(row, j + 1u), x_slot(row, j + 2u), x_slot(row, j + 3u));
+    atomicMax(&block_max[local_block], max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w))));
     workgroupBarrier();
-    let s_bits = act_scale_bits(atomicLoad(&block_max[lidx / ACT_BLOCK]));
-    if (inside) {
-        xq[e] = dequantize1(quantize1(v, bitcast<f32>(s_bits), s_bits), s_bits);
+    let s_bits = act_scale_bits(atomicLoad(&block_max[local_block]));
+    let s = bitcast<f32>(s_bits);
+    let q = vec4<i32>(quantize1(v.x, s, s_bits), quantize1(v.y, s, s_bits), quantize1(v.z, s, s_bits),
+                      quantize1(v.w, s, s_bits));
+    if (row < p.n) {
+        for (var c = 0u; c < SLOTS; c = c + 1u) {
+            if (j + c < p.k) {
+                xq[row * p.k + j + c] = bitcast<u32>(dequantize1(q[c], s_bits));
+            }
+        }
+        xq[int8_code_word(p.n, p.k, row, blk, (j % ACT_BLOCK) / 4u)] = pack4xI8(q);
+        if (j % ACT_BLOCK == 0u) {
+            xq[int8_scale_word(p.n, p.k, row, blk)] = s_bits;
+        }
     }
+}
+
+// The 32 code bytes at byte offset `off` (even) of the weight buffer as 8 words: 8 aligned
+// words, or 9 words shifted by two bytes (Q8_0's blocks alternate), all loaded before any
+// is used and without a branch.
+fn words32_at(off: u32) -> array<u32, 8> {
+    let i = off >> 2u;
+    let aligned = (off & 2u) == 0u;
+    var w: array<u32, 9>;
+    for (var j = 0u; j < 8u; j = j + 1u) {
+        w[j] = wword(i + j);
+    }
+    // Aligned, the ninth word is not needed (and may lie past the buffer): the eighth again.
+    w[8] = wword(select(i + 8u, i + 7u, aligned));
+    var c: array<u32, 8>;
+    for (var j = 0u; j < 8u; j = j + 1u) {
+        c[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j], aligned);
+    }
+    return c;
+}
+
+// Σ_i x̂[tok, i] · W[row, i] over the 32-element blocks first, first + stride, ... of the
+// row (INT8: Q4_0, Q4_1 or Q8_0 weights, x the int8-block scratch buffer). Per block the
+// codes of x and of W are multiplied as integers with dot4I8Packed, exactly (|Σ q·c| ≤
+// 32 · 128 · 128), then scaled once: Q8_0 d · Σ q·c, Q4_0 d · (Σ q·c − 8 Σ q), Q4_1
+// d · Σ q·c + m · Σ q, each divided by the block's s_b. That is Σ x̂_i · W_i with
+// x̂_i = q_i / s_b (the ISA's Int8Blocks product, what the CPU engine computes), with a few
+// roundings per block where the f32 path has one per element.
+fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
+    let ones = 0x01010101u;
+    let nibbles = 0x0f0f0f0fu;
+    var acc = 0.0;
+    for (var b = first; b < int8_blocks(p.k); b = b + stride) {
+        var a: array<u32, 8>;
+        for (var j = 0u; j < 8u; j = j + 1u) {
+            a[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
+        }
+        let s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
+        var term: f32;
+        if (DTYPE == DT_Q8_0) {
+            let off = row * p.row_bytes + b * 34u;
+            let c = words32_at(off + 2u);
+            var qc = 0;
+            for (var j = 0u; j < 8u; j = j + 1u) {
+                qc = qc + dot4I8Packed(a[j], c[j]);
+            }
+            term = f32(qc) * f16_at(off);
+        } else {
+            // Q4_0 (f16 d, 16 bytes) and Q4_1 (f16 d, f16 m, 16 bytes): element i < 16 is the
+            // low nibble of byte i, element i + 16 the high nibble.
+            var off: u32;
+            var q_off: u32;
+            if (DTYPE == DT_Q4_0) {
+                off = row * p.row_bytes + b * 18u;
+                q_off = off + 2u;
+            } else {
+                off = row * p.row_bytes + b * 20u;
+                q_off = off + 4u;
+            }
+            let lo = words_at(q_off);
+            let hi = words_at(q_off + 8u);
+            let c = array<u32, 4>(lo.x, lo.y, hi.x, hi.y);
+            var qc = 0;
+            var sq = 0;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                qc = qc + dot4I8Packed(a[j], c[j] & nibbles) + dot4I8Packed(a[j + 4u], (c[j] >> 4u) & nibbles);
+                sq = sq + dot4I8Packed(a[j], ones) + dot4I8Packed(a[j + 4u], ones);
+            }
+            let d = f16_at(off);
+            if (DTYPE == DT_Q4_0) {
+                term = f32(qc - 8 * sq) * d;
+            } else {
+                term = f32(qc) * d + f32(sq) * f16_at(off + 2u);
+            }
+        }
+        acc = acc + term / s;
+    }
+    return acc;
 }
 
 // Σ_i x[tok, i] · W[row, i] over the 8-element chunks first, first + stride, ... of the row.
 fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
+    if (INT8 == 1u) {
+        // The same invocations take blocks of 32 instead of chunks of 8.
+        return dot_blocks(row, tok, first, stride);
+    }
     let xb = tok * p.k;
     let chunks = (p.k + 7u) / 8u;
     var acc = 0.0;
@@ -268,7 +373,7 @@ fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
         let v = load8(row, e0);
         for (var i = 0u; i < 8u; i = i + 1u) {
             if (e0 + i < p.k) {
-                acc = acc + x[xb + e0 + i] * v[i];
+                acc = acc + bitcast<f32>(x[xb + e0 + i]) * v[i];
             }
         }
     }
@@ -372,7 +477,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             let kk = idx % TK;
             var xv = 0.0;
             if (tok0 + t < p.n && k0 + kk < p.k) {
-                xv = x[(tok0 + t) * p.k + k0 + kk];
+                xv = bitcast<f32>(x[(tok0 + t) * p.k + k0 + kk]);
             }
             xt[kk * (TN / 2u) + t / 2u][t % 2u] = xv;
         }

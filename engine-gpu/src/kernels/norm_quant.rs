@@ -19,7 +19,7 @@
 
 use purebee_isa::ops::{RmsNorm, LINEAR_ACT_BLOCK};
 
-use super::{bitlinear, row_reduce, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use super::{bitlinear, linear, row_reduce, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -69,7 +69,7 @@ pub(crate) fn record(
             }
         }
         Rounding::Blocks => {
-            storage.push((7, Storage::Scratch(ScratchKey::LinearActivations, 4 * (rows * cols) as u64)));
+            storage.push((7, Storage::Scratch(ScratchKey::LinearActivations, linear::int8_scratch_bytes(rows, cols))));
             if inplace {
                 "norm_quant_blocks_inplace"
             } else {

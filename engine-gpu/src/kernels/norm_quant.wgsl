@@ -28,8 +28,9 @@
 // Params, x, weight, out, WG and inv_rms are rms_norm.wgsl's (concatenated before this file).
 @group(0) @binding(5) var<storage, read_write> acts: array<u32>;
 @group(0) @binding(6) var<storage, read_write> act_scales: array<f32>;
-// norm_quant_blocks: x̂ [rows, cols] (linear.wgsl's xq).
-@group(0) @binding(7) var<storage, read_write> xq: array<f32>;
+// norm_quant_blocks: the int8-block scratch buffer of an x [rows, cols] (linear.wgsl's xq;
+// act_quant.wgsl's layout: x̂, the codes, the scales).
+@group(0) @binding(7) var<storage, read_write> xq: array<u32>;
 
 // 1 when the normed row must be written to `out`.
 override WRITE_OUT: u32 = 1u;
@@ -112,13 +113,28 @@ fn block_scales(lidx: u32) {
     workgroupBarrier();
 }
 
-// Element e of the row: h (WRITE_OUT) and x̂ = q / s_b.
-fn store_rounded(base: u32, e: u32, h: f32) {
-    if (WRITE_OUT == 1u) {
-        out[base + e] = h;
+// Word `wd` of the row's codes (elements 4·wd .. 4·wd + 3, in one block): h (WRITE_OUT),
+// x̂ = q / s_b, the packed codes and, for a block's first word, its scale.
+fn store_rounded_word(row: u32, base: u32, wd: u32, inplace: bool, inv: f32) {
+    let blk = wd / 8u;
+    let s_bits = block_scale[blk];
+    let s = bitcast<f32>(s_bits);
+    var q = vec4<i32>(0);
+    for (var b = 0u; b < 4u; b = b + 1u) {
+        let e = 4u * wd + b;
+        if (e < p.cols) {
+            let h = load(inplace, base + e) * inv * weight[e];
+            if (WRITE_OUT == 1u) {
+                out[base + e] = h;
+            }
+            q[b] = quantize1(h, s, s_bits);
+            xq[base + e] = bitcast<u32>(dequantize1(q[b], s_bits));
+        }
     }
-    let s_bits = block_scale[e / ACT_BLOCK];
-    xq[base + e] = dequantize1(quantize1(h, bitcast<f32>(s_bits), s_bits), s_bits);
+    xq[int8_code_word(p.rows, p.cols, row, blk, wd % 8u)] = pack4xI8(q);
+    if (wd % 8u == 0u) {
+        xq[int8_scale_word(p.rows, p.cols, row, blk)] = s_bits;
+    }
 }
 
 // h = rms_norm(x) (or of `out`, in place), rounded to int8 blocks into xq.
@@ -145,9 +161,9 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
         atomicMax(&block_max[i / ACT_BLOCK], abs_bits(load(inplace, base + i) * inv * weight[i]));
     }
     block_scales(ids.lidx);
-    // Each invocation reads and writes only its own elements: in place is safe.
-    for (var e = ids.lidx; e < p.cols; e = e + WG) {
-        store_rounded(base, e, load(inplace, base + e) * inv * weight[e]);
+    // Each invocation reads and writes only its own words' elements: in place is safe.
+    for (var wd = ids.lidx; wd < row_blocks() * 8u; wd = wd + WG) {
+        store_rounded_word(row, base, wd, inplace, inv);
     }
 }
 
