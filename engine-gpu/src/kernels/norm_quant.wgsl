@@ -22,8 +22,8 @@
 // bit for bit): pass 2 takes each block's max |h_i| into workgroup memory (an exact integer
 // atomicMax, so the order does not matter), one invocation per block turns it into the
 // block's scale (act_scale_bits, a 26-step division: once per block, not once per element),
-// and pass 3 writes x̂_i = q_i / s_b into `xq`, the scratch buffer the LINEAR products read
-// as their x.
+// and pass 3, a word of four elements per step, writes x̂_i = q_i / s_b, the codes q_i and
+// the scales into `xq`, the scratch buffer the LINEAR products read as their x.
 
 // Params, x, weight, out, WG and inv_rms are rms_norm.wgsl's (concatenated before this file).
 @group(0) @binding(5) var<storage, read_write> acts: array<u32>;
