@@ -111,8 +111,9 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
     let (n_head, n_kv) = (q_width / hd, (kv_width / hd).max(1));
     let group = (n_head / n_kv).max(1);
     let too_big = |what: String| GpuError::Unsupported { op: "ATTENTION", what };
-    let heads = heads_per_workgroup(group, hd)
-        .ok_or_else(|| too_big(format!("a head of {hd} elements (its tile does not fit {WORKGROUP_BYTES} bytes of workgroup memory)")))?;
+    let heads = heads_per_workgroup(group, hd).ok_or_else(|| {
+        too_big(format!("a head of {hd} elements (its tile does not fit {WORKGROUP_BYTES} bytes of workgroup memory)"))
+    })?;
     let chunks = group.div_ceil(heads);
     let too_many = || too_big(format!("{n} rows of {n_head} heads"));
     let per_split = n.checked_mul(n_kv).and_then(|g| g.checked_mul(chunks)).ok_or_else(too_many)?;
