@@ -107,20 +107,26 @@ fn dequantize1(q: i32, s_bits: u32) -> f32 {
 // The int8-block scratch buffer (ScratchKey::LinearActivations) of an [n, k] x, in words:
 //   0 .. n·k                 x̂ = q / s_b (f32 bits), row-major;
 //   then n · blocks · 8      each block's 32 codes q, four int8 per word (element 4j + i in
-//                            byte i of word j), zeros past k;
+//                            byte i of word j; BLOCK_WORDS words), zeros past k;
 //   then n · blocks          each block's scale s_b (f32 bits).
-// blocks = ceil(k / 32). linear.rs: int8_scratch_bytes.
+// blocks = ceil(k / ACT_BLOCK). linear.rs: int8_scratch_bytes.
+
+// Elements per int8 block (the ISA's LINEAR_ACT_BLOCK), and words of codes per block.
+const ACT_BLOCK: u32 = 32u;
+const BLOCK_WORDS: u32 = ACT_BLOCK / 4u;
+
+// Blocks of a row of k elements (the last one shorter when k is not a multiple of ACT_BLOCK).
 fn int8_blocks(k: u32) -> u32 {
-    return (k + 31u) / 32u;
+    return (k + ACT_BLOCK - 1u) / ACT_BLOCK;
 }
 
-// Word j (< 8) of the codes of block `blk` of row `row`.
+// Word j (< BLOCK_WORDS) of the codes of block `blk` of row `row`.
 fn int8_code_word(n: u32, k: u32, row: u32, blk: u32, j: u32) -> u32 {
-    return n * k + (row * int8_blocks(k) + blk) * 8u + j;
+    return n * k + (row * int8_blocks(k) + blk) * BLOCK_WORDS + j;
 }
 
 // The scale word of block `blk` of row `row`.
 fn int8_scale_word(n: u32, k: u32, row: u32, blk: u32) -> u32 {
-    return n * k + n * int8_blocks(k) * 8u + row * int8_blocks(k) + blk;
+    return n * k + n * int8_blocks(k) * BLOCK_WORDS + row * int8_blocks(k) + blk;
 }
 

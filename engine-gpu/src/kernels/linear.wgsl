@@ -132,6 +132,18 @@ fn plain_at(idx: u32) -> f32 {
     return bitcast<f32>(h << 16u);
 }
 
+// Byte offset of block `blk` of weight row `row` (Q4_0: f16 d and 16 code bytes, 18 bytes;
+// Q4_1: f16 d, f16 m and 16 code bytes, 20; Q8_0: f16 d and 32 code bytes, 34), and of the
+// block's first code byte.
+fn block_at(row: u32, blk: u32) -> u32 {
+    let bytes = select(select(34u, 20u, DTYPE == DT_Q4_1), 18u, DTYPE == DT_Q4_0);
+    return row * p.row_bytes + blk * bytes;
+}
+
+fn codes_at(block: u32) -> u32 {
+    return block + select(2u, 4u, DTYPE == DT_Q4_1);
+}
+
 // Elements e0 .. e0 + 8 of weight row `row` (e0 a multiple of 8), decoded; elements at or
 // past k (plain dtypes, whose rows need not be whole chunks) are 0.
 fn load8(row: u32, e0: u32) -> array<f32, 8> {
@@ -179,10 +191,9 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
     let blk = e0 / 32u;
     let j = e0 % 32u;
     if (DTYPE == DT_Q8_0) {
-        // f16 d, then 32 int8 codes.
-        let off = row * p.row_bytes + blk * 34u;
+        let off = block_at(row, blk);
         let d = f16_at(off);
-        let ab = bitcast<vec2<i32>>(words_at(off + 2u + j));
+        let ab = bitcast<vec2<i32>>(words_at(codes_at(off) + j));
         let a = ab.x;
         let b = ab.y;
         for (var i = 0u; i < 4u; i = i + 1u) {
@@ -193,20 +204,13 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
     }
     // Q4_0 (f16 d, 16 bytes) and Q4_1 (f16 d, f16 m, 16 bytes): element i < 16 is the low
     // nibble of byte i, element i + 16 the high nibble.
-    var off: u32;
-    if (DTYPE == DT_Q4_0) {
-        off = row * p.row_bytes + blk * 18u;
-    } else {
-        off = row * p.row_bytes + blk * 20u;
-    }
+    let off = block_at(row, blk);
     let d = f16_at(off);
-    var q = off + 2u;
     var mn = 0.0;
     if (DTYPE == DT_Q4_1) {
         mn = f16_at(off + 2u);
-        q = off + 4u;
     }
-    let ab = words_at(q + (j & 15u));
+    let ab = words_at(codes_at(off) + (j & 15u));
     let a = ab.x;
     let b = ab.y;
     let shift = select(0u, 4u, j >= 16u);
@@ -224,8 +228,6 @@ fn load8(row: u32, e0: u32) -> array<f32, 8> {
     return v;
 }
 
-// Elements per int8 block of quantize_blocks (the ISA's LINEAR_ACT_BLOCK).
-const ACT_BLOCK: u32 = 32u;
 
 // Element slots per invocation of quantize_blocks: one word of codes.
 const SLOTS: u32 = 4u;
@@ -313,33 +315,24 @@ fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
     var acc = 0.0;
     for (var b = first; b < int8_blocks(p.k); b = b + stride) {
         var a: array<u32, 8>;
-        for (var j = 0u; j < 8u; j = j + 1u) {
+        for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
             a[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
         }
         let s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
+        let off = block_at(row, b);
         var term: f32;
         if (DTYPE == DT_Q8_0) {
-            let off = row * p.row_bytes + b * 34u;
-            let c = words32_at(off + 2u);
+            let c = words32_at(codes_at(off));
             var qc = 0;
             for (var j = 0u; j < 8u; j = j + 1u) {
                 qc = qc + dot4I8Packed(a[j], c[j]);
             }
             term = f32(qc) * f16_at(off);
         } else {
-            // Q4_0 (f16 d, 16 bytes) and Q4_1 (f16 d, f16 m, 16 bytes): element i < 16 is the
-            // low nibble of byte i, element i + 16 the high nibble.
-            var off: u32;
-            var q_off: u32;
-            if (DTYPE == DT_Q4_0) {
-                off = row * p.row_bytes + b * 18u;
-                q_off = off + 2u;
-            } else {
-                off = row * p.row_bytes + b * 20u;
-                q_off = off + 4u;
-            }
-            let lo = words_at(q_off);
-            let hi = words_at(q_off + 8u);
+            // Q4_0 and Q4_1: element i < 16 is the low nibble of byte i, element i + 16 the
+            // high nibble.
+            let lo = words_at(codes_at(off));
+            let hi = words_at(codes_at(off) + 8u);
             let c = array<u32, 4>(lo.x, lo.y, hi.x, hi.y);
             var qc = 0;
             var sq = 0;

@@ -89,8 +89,6 @@ fn norm_quant_inplace(ids: Ids) {
     norm_quant_row(ids, true);
 }
 
-// Elements per block of norm_quant_blocks (the ISA's LINEAR_ACT_BLOCK).
-const ACT_BLOCK: u32 = 32u;
 // Blocks per row norm_quant_blocks can hold (norm_quant.rs: MAX_BLOCK_ROW).
 const MAX_BLOCKS: u32 = 512u;
 // The largest |h| bits of each block of the row.
@@ -98,16 +96,12 @@ var<workgroup> block_max: array<atomic<u32>, MAX_BLOCKS>;
 // Each block's scale bits (act_scale_bits of its maximum).
 var<workgroup> block_scale: array<u32, MAX_BLOCKS>;
 
-// Blocks of the row (the last one shorter when p.cols is not a multiple of ACT_BLOCK).
-fn row_blocks() -> u32 {
-    return (p.cols + ACT_BLOCK - 1u) / ACT_BLOCK;
-}
 
 // After pass 2: every block's scale, one invocation per block (whole workgroup, uniform
 // control flow: its barriers order pass 2's maxima before, and the scales before pass 3).
 fn block_scales(lidx: u32) {
     workgroupBarrier();
-    for (var b = lidx; b < row_blocks(); b = b + WG) {
+    for (var b = lidx; b < int8_blocks(p.cols); b = b + WG) {
         block_scale[b] = act_scale_bits(atomicLoad(&block_max[b]));
     }
     workgroupBarrier();
@@ -116,7 +110,7 @@ fn block_scales(lidx: u32) {
 // Word `wd` of the row's codes (elements 4·wd .. 4·wd + 3, in one block): h (WRITE_OUT),
 // x̂ = q / s_b, the packed codes and, for a block's first word, its scale.
 fn store_rounded_word(row: u32, base: u32, wd: u32, inplace: bool, inv: f32) {
-    let blk = wd / 8u;
+    let blk = wd / BLOCK_WORDS;
     let s_bits = block_scale[blk];
     let s = bitcast<f32>(s_bits);
     var q = vec4<i32>(0);
@@ -131,8 +125,8 @@ fn store_rounded_word(row: u32, base: u32, wd: u32, inplace: bool, inv: f32) {
             xq[base + e] = bitcast<u32>(dequantize1(q[b], s_bits));
         }
     }
-    xq[int8_code_word(p.rows, p.cols, row, blk, wd % 8u)] = pack4xI8(q);
-    if (wd % 8u == 0u) {
+    xq[int8_code_word(p.rows, p.cols, row, blk, wd % BLOCK_WORDS)] = pack4xI8(q);
+    if (wd % BLOCK_WORDS == 0u) {
         xq[int8_scale_word(p.rows, p.cols, row, blk)] = s_bits;
     }
 }
@@ -144,7 +138,7 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
         return;
     }
     let base = row * p.cols;
-    for (var b = ids.lidx; b < row_blocks(); b = b + WG) {
+    for (var b = ids.lidx; b < int8_blocks(p.cols); b = b + WG) {
         atomicStore(&block_max[b], 0u);
     }
     // (The reduction's barriers also order the stores above before pass 2.)
@@ -162,7 +156,7 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
     }
     block_scales(ids.lidx);
     // Each invocation reads and writes only its own words' elements: in place is safe.
-    for (var wd = ids.lidx; wd < row_blocks() * 8u; wd = wd + WG) {
+    for (var wd = ids.lidx; wd < int8_blocks(p.cols) * BLOCK_WORDS; wd = wd + WG) {
         store_rounded_word(row, base, wd, inplace, inv);
     }
 }
