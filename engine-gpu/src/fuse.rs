@@ -383,11 +383,15 @@ pub(crate) fn record_linear(
         _ => Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not a LINEAR"))),
     };
     let mut calls = Vec::new();
+    let mut xhat = false;
+    for &i in &g.linears {
+        xhat |= linear::reads_xhat(ctx, linear_at(i)?);
+    }
     if let Some(n) = g.norm {
         let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
             return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
         };
-        calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks, n.write_out)?);
+        calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
     }
     let quantize = g.norm.is_none();
     if g.merged {
@@ -406,7 +410,8 @@ pub(crate) fn record_linear(
     }
     for (j, &li) in g.linears.iter().enumerate() {
         let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
-        calls.extend(linear::record_with(ctx, linear_at(li)?, j == 0 && quantize, epilogue)?);
+        let rounding = if j == 0 && quantize { linear::Rounding::Here { xhat } } else { linear::Rounding::Done };
+        calls.extend(linear::record_with(ctx, linear_at(li)?, rounding, epilogue)?);
     }
     Ok(calls)
 }
@@ -580,7 +585,8 @@ pub(crate) fn record_head_argmax(
 ) -> Result<Vec<KernelCall>, GpuError> {
     match instructions.get(first..first + 2) {
         Some([Instruction::Linear(l), Instruction::Argmax(a)]) => {
-            linear::record_with(ctx, l, true, Some(Epilogue::Argmax { ids: a.out, write_out }))
+            let rounding = linear::Rounding::Here { xhat: linear::reads_xhat(ctx, l) };
+            linear::record_with(ctx, l, rounding, Some(Epilogue::Argmax { ids: a.out, write_out }))
         }
         _ => Err(GpuError::Wgpu(format!("fusion plan: instructions {first}.. are not LINEAR, ARGMAX"))),
     }

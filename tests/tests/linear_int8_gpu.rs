@@ -5,9 +5,11 @@
 //! weights bound as row windows.
 //!
 //! Three checks per case:
-//! - **The rounded activations, exactly.** The scratch buffer `x̂`
-//!   ([`ScratchKey::LinearActivations`]) must equal `q / s_b` correctly rounded to f32, `q`
-//!   and `s_b` from the ISA's own `quantize_blocks`, bit for bit.
+//! - **The rounded activations, exactly.** The scratch buffer
+//!   ([`ScratchKey::LinearActivations`]) must hold the ISA's own `quantize_blocks` codes `q`
+//!   and scales `s_b`, bit for bit, and, where a product reads it (several tokens, or F32
+//!   weights; the one-token Q4_0, Q4_1 and Q8_0 products read only the codes and scales, so
+//!   the rounding skips it there), `x̂ = q / s_b` correctly rounded to f32.
 //! - **The outputs, within the summation's error.** The reference sums each block's
 //!   `q_i · w_i` exactly in f64 and divides by `s_b`. The GPU's products over several tokens
 //!   (`tiled`) and over F32 weights sum `x̂_i · w_i` in f32 in their own order (each `x̂_i`
@@ -201,20 +203,38 @@ fn engines() -> Vec<(&'static str, GpuEngine)> {
     ]
 }
 
-/// `q / s_b` per element, as f32 (correctly rounded) and as f64 (exact), from the ISA's rule.
-fn rounded(x: &[f32], n: usize, k: usize) -> (Vec<f32>, Vec<f64>) {
-    let (mut f, mut d) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+/// The ISA's rounding of x [n, k]: `q / s_b` per element, as f32 (correctly rounded) and as
+/// f64 (exact), and the words the scratch buffer holds after x̂ (act_quant.wgsl's layout:
+/// each block's 32 codes four to a word, zeros past k, then each block's scale bits).
+struct Rounded {
+    xhat: Vec<f32>,
+    exact: Vec<f64>,
+    codes_and_scales: Vec<u32>,
+}
+
+fn rounded(x: &[f32], n: usize, k: usize) -> Rounded {
+    let (mut xhat, mut exact) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
+    let (mut codes, mut scales) = (Vec::new(), Vec::new());
     for row in x.chunks(k.max(1)).take(n) {
         let mut q = vec![0i8; k];
         let mut s = vec![0f32; k.div_ceil(LINEAR_ACT_BLOCK)];
         quantize_blocks(row, &mut q, &mut s);
         for (i, &qi) in q.iter().enumerate() {
             let sb = s[i / LINEAR_ACT_BLOCK];
-            f.push(qi as f32 / sb);
-            d.push(qi as f64 / sb as f64);
+            xhat.push(qi as f32 / sb);
+            exact.push(qi as f64 / sb as f64);
         }
+        for block in q.chunks(LINEAR_ACT_BLOCK) {
+            let mut bytes = [0u8; LINEAR_ACT_BLOCK];
+            for (b, &qi) in bytes.iter_mut().zip(block) {
+                *b = qi as u8;
+            }
+            codes.extend(bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+        }
+        scales.extend(s.iter().map(|v| v.to_bits()));
     }
-    (f, d)
+    codes.extend(scales);
+    Rounded { xhat, exact, codes_and_scales: codes }
 }
 
 struct Case {
@@ -244,12 +264,20 @@ fn check(gpu: &mut GpuEngine, which: &str, reference: &mut RefEngine, c: &Case, 
     let want = run_on(reference, &case, &x, &w, (n, m), also_f32, |_, _| None);
     assert_eq!(got.out.len(), want.out.len(), "{what}: output count");
 
-    // The rounded activations, bit for bit.
-    let (xhat, xhat_exact) = rounded(&xs, n, k);
-    let gx = got.xhat.expect("GPU scratch");
-    for (i, (&g, &e)) in gx.iter().zip(&xhat).enumerate() {
-        assert!(g.to_bits() == e.to_bits(), "{what}: x̂[{i}] (x = {}) is {g}, expected {e}", xs[i]);
+    // The rounded activations, bit for bit: the codes and scales always, x̂ where a product
+    // reads it (the F32 variant of `also_f32` is a product of x, not of the scratch).
+    let r = rounded(&xs, n, k);
+    let scratch = got.xhat.expect("GPU scratch");
+    let (gx, gcs) = scratch.split_at(n * k);
+    let gcs: Vec<u32> = gcs.iter().map(|v| v.to_bits()).collect();
+    assert_eq!(gcs.get(..r.codes_and_scales.len()), Some(&r.codes_and_scales[..]), "{what}: codes and scales");
+    let int8_products = n == 1 && dtype != DType::F32;
+    if !int8_products {
+        for (i, (&g, &e)) in gx.iter().zip(&r.xhat).enumerate() {
+            assert!(g.to_bits() == e.to_bits(), "{what}: x̂[{i}] (x = {}) is {g}, expected {e}", xs[i]);
+        }
     }
+    let xhat_exact = r.exact;
 
     // The outputs.
     let wq = QuantMatrix::new(dtype, &wbytes, m, k).expect("weight decodes");

@@ -110,6 +110,14 @@ fn dequantize1(q: i32, s_bits: u32) -> f32 {
 //                            byte i of word j; BLOCK_WORDS words), zeros past k;
 //   then n · blocks          each block's scale s_b (f32 bits).
 // blocks = ceil(k / ACT_BLOCK). linear.rs: int8_scratch_bytes.
+//
+// x̂ is read only by the products with f32 activations (prefill's, and one token's against
+// F16, F32 or ternary weights); the one-token Q4_0, Q4_1 and Q8_0 products read the codes and
+// scales. Each x̂ costs a correctly rounded division (div_bits, 26 steps), so the rounding
+// kernels skip it when no product of the scratch reads it (linear.rs: reads_xhat).
+
+// 1 when the rounding writes x̂ (quantize_blocks, norm_quant_blocks).
+override WRITE_XHAT: u32 = 1u;
 
 // Elements per int8 block (the ISA's LINEAR_ACT_BLOCK), and words of codes per block.
 const ACT_BLOCK: u32 = 32u;

@@ -125,19 +125,29 @@ fn too_large(what: &str) -> GpuError {
     GpuError::Unsupported { op: "LINEAR", what: format!("{what} beyond 32-bit indexing") }
 }
 
-/// The dispatches of one LINEAR.
-pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, GpuError> {
-    record_with(ctx, l, true, None)
+/// Whether a LINEAR's dispatches begin with the int8-block rounding of its x.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rounding {
+    /// An earlier dispatch (a fused norm, the first LINEAR of the group) filled the scratch
+    /// buffer, with no dispatch between; also for f32 activations, which need none.
+    Done,
+    /// `quantize_blocks` first (when the activations ask for int8 blocks); it writes x̂ only
+    /// when `xhat` (some product of the scratch reads it: [`reads_xhat`]).
+    Here { xhat: bool },
 }
 
-/// The dispatches of one LINEAR in a fused group: with `quantize` false, no int8-block
-/// rounding of x (an earlier LINEAR of the same x in the group filled the scratch buffer,
-/// with no dispatch between); with `epilogue`, the instructions fused after it (an
+/// The dispatches of one LINEAR.
+pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, GpuError> {
+    record_with(ctx, l, Rounding::Here { xhat: reads_xhat(ctx, l) }, None)
+}
+
+/// The dispatches of one LINEAR in a fused group: `rounding` says whether x is rounded to
+/// int8 blocks here; with `epilogue`, the instructions fused after it (an
 /// [`Epilogue::Argmax`] needs one token, and adds the second pass of the ARGMAX).
 pub(crate) fn record_with(
     ctx: &RecordCtx,
     l: &Linear,
-    quantize: bool,
+    rounding: Rounding,
     epilogue: Option<Epilogue>,
 ) -> Result<Vec<KernelCall>, GpuError> {
     let w = ctx.desc(l.weight)?;
@@ -164,8 +174,8 @@ pub(crate) fn record_with(
     // The kernels index elements and bytes of every operand in u32 (within a window).
     u(n.checked_mul(k.max(m)).ok_or_else(|| too_large("the activations"))?, "the activations")?;
     let mut calls = Vec::with_capacity(windows.len() + 1);
-    if quantize {
-        calls.extend(quantize_blocks(ctx, l, n, k)?);
+    if let Rounding::Here { xhat } = rounding {
+        calls.extend(quantize_blocks(ctx, l, n, k, xhat)?);
     }
     let x = product_x(l, n, k);
     for rows in windows {
@@ -291,16 +301,33 @@ fn int8_products(l: &Linear, dtype: DType) -> u32 {
     u32::from(quantized && l.activations == LinearActivations::Int8Blocks)
 }
 
+/// Whether LINEAR `l`'s product reads x̂ from the int8-block scratch buffer: every product
+/// with int8-block activations but the one-token INT8 ones ([`int8_products`]), which read
+/// only the codes and scales. (True for what the dispatch would reject, and for f32
+/// activations, which have no scratch: the safe answer.)
+pub(crate) fn reads_xhat(ctx: &RecordCtx, l: &Linear) -> bool {
+    let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return true };
+    let one_token = out.shape.numel() == w.shape.rows();
+    !(one_token && int8_products(l, w.dtype) == 1)
+}
+
 /// The `quantize_blocks` dispatch rounding LINEAR `l`'s x ([n, k]) to int8 blocks, when its
-/// activations ask for it.
-fn quantize_blocks(ctx: &RecordCtx, l: &Linear, n: usize, k: usize) -> Result<Option<KernelCall>, GpuError> {
+/// activations ask for it; x̂ written only when `xhat`.
+fn quantize_blocks(
+    ctx: &RecordCtx,
+    l: &Linear,
+    n: usize,
+    k: usize,
+    xhat: bool,
+) -> Result<Option<KernelCall>, GpuError> {
     if l.activations != LinearActivations::Int8Blocks || k == 0 {
         return Ok(None);
     }
     let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
     let params = Params { k: u(k, "the row length")?, n: u(n, "the token count")?, ..Params::default() };
+    let constants = vec![("WG", GEMV_WG), ("WRITE_XHAT", u32::from(xhat))];
     Ok(Some(KernelCall {
-        key: PipelineKey { shader: Shader::Linear, entry: "quantize_blocks", constants: vec![("WG", GEMV_WG)] },
+        key: PipelineKey { shader: Shader::Linear, entry: "quantize_blocks", constants },
         params: bytemuck::bytes_of(&params).to_vec(),
         storage: vec![(1, Storage::Tensor(l.x, 0)), (5, product_x(l, n, k))],
         workgroups: ctx.grid_1d(n * k.div_ceil(LINEAR_ACT_BLOCK) * LINEAR_ACT_BLOCK / ACT_SLOTS, GEMV_WG),
@@ -430,7 +457,8 @@ pub(crate) fn multi_product(
     constants.push(("INT8", int8_products(ls[0], ts[0].dtype)));
     let mut calls: Vec<KernelCall> = Vec::new();
     if quantize {
-        calls.extend(quantize_blocks(ctx, ls[0], 1, k)?);
+        let xhat = ls.iter().any(|l| reads_xhat(ctx, l));
+        calls.extend(quantize_blocks(ctx, ls[0], 1, k, xhat)?);
     }
     let t = |id| Storage::Tensor(id, 0);
     let [w0, s0] = ts[0].weight;
@@ -492,7 +520,8 @@ pub(crate) fn gated_product(
     let params = Params { m1: tg.params.m, ..tg.params };
     let mut calls: Vec<KernelCall> = Vec::new();
     if quantize {
-        calls.extend(quantize_blocks(ctx, g, 1, k)?);
+        let xhat = reads_xhat(ctx, g) || reads_xhat(ctx, u);
+        calls.extend(quantize_blocks(ctx, g, 1, k, xhat)?);
     }
     let [w0, s0] = tg.weight;
     let [w1, s1] = tu.weight;

@@ -17,7 +17,8 @@
 //   and writes x̂_i = q_i / s, correctly rounded to f32, into a scratch buffer [n, k] (binding
 //   5) that the product kernel then reads as its x. So x̂ is the reference's q_i / s_b up to
 //   one rounding (relative error ≤ 2⁻²⁴ per element, well inside the product's summation
-//   error); the q_i themselves are exact.
+//   error); the q_i themselves are exact. With the codes and scales it writes (the INT8
+//   products' x), x̂ only when a product reads it (WRITE_XHAT, act_quant.wgsl).
 // - gemv: one workgroup of WG invocations per output row and token (z); the invocations
 //   stride over the row in chunks of 8 elements (consecutive invocations, consecutive
 //   chunks: coalesced), then reduce. Each weight byte is read once. For n = 1 (decode).
@@ -246,8 +247,8 @@ fn x_slot(row: u32, j: u32) -> f32 {
 
 // Four element slots (one word of codes) per invocation: the block's invocations
 // (ACT_BLOCK / SLOTS consecutive ones, within one workgroup) take the maximum of their |x|
-// bits (exact: an integer maximum), then each rounds its own four elements and writes x̂,
-// their codes (one word) and, for a block's first word, the block's scale.
+// bits (exact: an integer maximum), then each rounds its own four elements and writes x̂
+// (WRITE_XHAT), their codes (one word) and, for a block's first word, the block's scale.
 @compute @workgroup_size(WG)
 fn quantize_blocks(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -272,7 +273,7 @@ fn quantize_blocks(@builtin(local_invocation_index) lidx: u32, @builtin(workgrou
                       quantize1(v.w, s, s_bits));
     if (row < p.n) {
         for (var c = 0u; c < SLOTS; c = c + 1u) {
-            if (j + c < p.k) {
+            if (WRITE_XHAT == 1u && j + c < p.k) {
                 xq[row * p.k + j + c] = bitcast<u32>(dequantize1(q[c], s_bits));
             }
         }

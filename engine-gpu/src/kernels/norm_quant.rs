@@ -32,9 +32,10 @@ pub(crate) const MAX_BLOCK_ROW: usize = 512 * LINEAR_ACT_BLOCK;
 pub(crate) enum Rounding {
     /// BITLINEAR's: a scale per row, int8 codes and scales in `bitlinear::scratch`.
     Rows,
-    /// LINEAR's `Int8Blocks`: a scale per block of 32, `x̂ = q / s_b` in
+    /// LINEAR's `Int8Blocks`: a scale per block of 32, the codes, the scales and (when
+    /// `xhat`: a product reads it, [`linear::reads_xhat`]) `x̂ = q / s_b` in
     /// [`ScratchKey::LinearActivations`]. Rows of at most [`MAX_BLOCK_ROW`] elements.
-    Blocks,
+    Blocks { xhat: bool },
 }
 
 /// The dispatch of RMS_NORM `n` rounded as `rounding` says; the normed output is written to
@@ -68,7 +69,7 @@ pub(crate) fn record(
                 "norm_quant"
             }
         }
-        Rounding::Blocks => {
+        Rounding::Blocks { .. } => {
             storage.push((7, Storage::Scratch(ScratchKey::LinearActivations, linear::int8_scratch_bytes(rows, cols))));
             if inplace {
                 "norm_quant_blocks_inplace"
@@ -79,12 +80,12 @@ pub(crate) fn record(
     };
     let params = super::rms_norm::Params { rows: r, cols: c, eps: n.eps, _pad: 0 };
     let shader = if row_reduce::use_subgroups(ctx) { Shader::NormQuantSubgroup } else { Shader::NormQuant };
+    let mut constants = vec![("WG", row_reduce::workgroup_size(cols)), ("WRITE_OUT", u32::from(write_out))];
+    if let Rounding::Blocks { xhat } = rounding {
+        constants.push(("WRITE_XHAT", u32::from(xhat)));
+    }
     Ok(Some(KernelCall {
-        key: PipelineKey {
-            shader,
-            entry,
-            constants: vec![("WG", row_reduce::workgroup_size(cols)), ("WRITE_OUT", u32::from(write_out))],
-        },
+        key: PipelineKey { shader, entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
         storage,
         workgroups: row_reduce::grid(ctx, rows),

@@ -22,8 +22,9 @@
 // bit for bit): pass 2 takes each block's max |h_i| into workgroup memory (an exact integer
 // atomicMax, so the order does not matter), one invocation per block turns it into the
 // block's scale (act_scale_bits, a 26-step division: once per block, not once per element),
-// and pass 3, a word of four elements per step, writes x̂_i = q_i / s_b, the codes q_i and
-// the scales into `xq`, the scratch buffer the LINEAR products read as their x.
+// and pass 3, a word of four elements per step, writes x̂_i = q_i / s_b (when a product
+// reads it: WRITE_XHAT), the codes q_i and the scales into `xq`, the scratch buffer the
+// LINEAR products read as their x.
 
 // Params, x, weight, out, WG and inv_rms are rms_norm.wgsl's (concatenated before this file).
 @group(0) @binding(5) var<storage, read_write> acts: array<u32>;
@@ -108,7 +109,7 @@ fn block_scales(lidx: u32) {
 }
 
 // Word `wd` of the row's codes (elements 4·wd .. 4·wd + 3, in one block): h (WRITE_OUT),
-// x̂ = q / s_b, the packed codes and, for a block's first word, its scale.
+// x̂ = q / s_b (WRITE_XHAT), the packed codes and, for a block's first word, its scale.
 fn store_rounded_word(row: u32, base: u32, wd: u32, inplace: bool, inv: f32) {
     let blk = wd / BLOCK_WORDS;
     let s_bits = block_scale[blk];
@@ -122,7 +123,9 @@ fn store_rounded_word(row: u32, base: u32, wd: u32, inplace: bool, inv: f32) {
                 out[base + e] = h;
             }
             q[b] = quantize1(h, s, s_bits);
-            xq[base + e] = bitcast<u32>(dequantize1(q[b], s_bits));
+            if (WRITE_XHAT == 1u) {
+                xq[base + e] = bitcast<u32>(dequantize1(q[b], s_bits));
+            }
         }
     }
     xq[int8_code_word(p.rows, p.cols, row, blk, wd % BLOCK_WORDS)] = pack4xI8(q);
