@@ -393,16 +393,17 @@ pub(crate) fn record_linear(
         };
         calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
     }
-    let quantize = g.norm.is_none();
+    // The group's rounding: the norm's, or the first product's.
+    let rounding = if g.norm.is_none() { linear::Rounding::Here { xhat } } else { linear::Rounding::Done };
     if g.merged {
         match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
             (&[a, b, c], None) => {
                 let rope = g.rope.map(|r| rope_epilogue(instructions, &r)).transpose()?;
                 let ls = [linear_at(a)?, linear_at(b)?, linear_at(c)?];
-                calls.extend(linear::multi_product(ctx, ls, quantize, rope.as_ref())?);
+                calls.extend(linear::multi_product(ctx, ls, rounding, rope.as_ref())?);
             }
             (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
-                calls.extend(linear::gated_product(ctx, (linear_at(a)?, linear_at(b)?), op, quantize, write_out)?);
+                calls.extend(linear::gated_product(ctx, (linear_at(a)?, linear_at(b)?), op, rounding, write_out)?);
             }
             _ => return Err(GpuError::Wgpu("fusion plan: a merged group of an unknown shape".to_string())),
         }
@@ -410,7 +411,7 @@ pub(crate) fn record_linear(
     }
     for (j, &li) in g.linears.iter().enumerate() {
         let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
-        let rounding = if j == 0 && quantize { linear::Rounding::Here { xhat } } else { linear::Rounding::Done };
+        let rounding = if j == 0 { rounding } else { linear::Rounding::Done };
         calls.extend(linear::record_with(ctx, linear_at(li)?, rounding, epilogue)?);
     }
     Ok(calls)

@@ -430,13 +430,13 @@ fn multi_kernel(ctx: &RecordCtx, kind: MultiKind, k: usize) -> (Shader, &'static
 }
 
 /// LINEAR(q) ; LINEAR(k) ; LINEAR(v) of one token reading one x: their products in one
-/// dispatch (`gemv_multi`), after the int8-block rounding of x when `quantize`; with `rope`,
+/// dispatch (`gemv_multi`), after the int8-block rounding of x as `rounding` says; with `rope`,
 /// the rotation of q and k and the cache writes as its epilogue (`gemv_multi_rope`: an item
 /// per rotation pair of q or k and per row of v). The caller checks [`mergeable`].
 pub(crate) fn multi_product(
     ctx: &RecordCtx,
     ls: [&Linear; 3],
-    quantize: bool,
+    rounding: Rounding,
     rope: Option<&RopeEpilogue>,
 ) -> Result<Vec<KernelCall>, GpuError> {
     let ts: Vec<OneToken> = ls
@@ -456,8 +456,7 @@ pub(crate) fn multi_product(
     constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
     constants.push(("INT8", int8_products(ls[0], ts[0].dtype)));
     let mut calls: Vec<KernelCall> = Vec::new();
-    if quantize {
-        let xhat = ls.iter().any(|l| reads_xhat(ctx, l));
+    if let Rounding::Here { xhat } = rounding {
         calls.extend(quantize_blocks(ctx, ls[0], 1, k, xhat)?);
     }
     let t = |id| Storage::Tensor(id, 0);
@@ -495,13 +494,13 @@ pub(crate) fn multi_product(
 }
 
 /// LINEAR(g) ; LINEAR(u) ; ACT(g, g) ; ELEMENT_MUL(g, g, u) of one token in one dispatch
-/// (`gemv_gated`), after the int8-block rounding of x when `quantize`; `u` written only when
+/// (`gemv_gated`), after the int8-block rounding of x as `rounding` says; `u` written only when
 /// `write_out`. The caller checks [`mergeable`] (with one row count).
 pub(crate) fn gated_product(
     ctx: &RecordCtx,
     (g, u): (&Linear, &Linear),
     op: UnaryOp,
-    quantize: bool,
+    rounding: Rounding,
     write_out: bool,
 ) -> Result<Vec<KernelCall>, GpuError> {
     let (Some(tg), Some(tu)) = (one_token(ctx, g), one_token(ctx, u)) else {
@@ -519,8 +518,7 @@ pub(crate) fn gated_product(
     // Weight 1 (u) has weight 0's rows.
     let params = Params { m1: tg.params.m, ..tg.params };
     let mut calls: Vec<KernelCall> = Vec::new();
-    if quantize {
-        let xhat = reads_xhat(ctx, g) || reads_xhat(ctx, u);
+    if let Rounding::Here { xhat } = rounding {
         calls.extend(quantize_blocks(ctx, g, 1, k, xhat)?);
     }
     let [w0, s0] = tg.weight;
