@@ -26,6 +26,8 @@ if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && [ "$SMALL" = 0
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
 P=/tmp/gpu-run
+# Fresh each run: a binary left from an older pack would join the A/B.
+rm -rf $P
 mkdir -p $P
 xz -dc .dev/pack.tar.xz | tar -x -C $P
 [ -f .dev/llama.tar.xz ] && xz -dc .dev/llama.tar.xz | tar -x -C $P
