@@ -218,7 +218,7 @@ pub(crate) fn record_with(
                 storage.push((6, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots(m))));
                 let shader = if subgroup { Shader::LinearArgmaxSubgroup } else { Shader::LinearArgmax };
                 let write = ("WRITE_OUT", u32::from(write_out));
-                let int8 = ("INT8", int8_products(l, w.dtype));
+                let int8 = ("INT8", int8_products(l, w.dtype, n));
                 let (entry, constants, workgroups) = if short_rows(ctx, k) {
                     let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write, int8];
                     ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
@@ -235,7 +235,7 @@ pub(crate) fn record_with(
             }
             _ => {
                 // The plain store, or a fused epilogue in its place (the same kernels).
-                let int8 = if n == 1 { int8_products(l, w.dtype) } else { 0 };
+                let int8 = int8_products(l, w.dtype, n);
                 let (mut constants, (portable, subgroups)) =
                     (vec![("WG", GEMV_WG), ("DTYPE", code), ("INT8", int8)], store.0);
                 constants.extend(store.1.iter().copied());
@@ -294,11 +294,12 @@ pub(crate) fn int8_scratch_bytes(n: usize, k: usize) -> u64 {
     4 * (n as u64) * (k as u64 + 9 * blocks)
 }
 
-/// `INT8` in `linear.wgsl`: 1 when the one-token products of weights of `dtype` multiply the
-/// int8-block codes of `l`'s x as integers (Q4_0, Q4_1, Q8_0 with int8-block activations).
-fn int8_products(l: &Linear, dtype: DType) -> u32 {
+/// `INT8` in `linear.wgsl`: 1 when the products of `l` over `n` tokens against weights of
+/// `dtype` multiply the int8-block codes of x as integers: one token, Q4_0, Q4_1 or Q8_0
+/// weights, int8-block activations. (Several tokens take `tiled`, which reads x̂.)
+fn int8_products(l: &Linear, dtype: DType, n: usize) -> u32 {
     let quantized = matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0);
-    u32::from(quantized && l.activations == LinearActivations::Int8Blocks)
+    u32::from(n == 1 && quantized && l.activations == LinearActivations::Int8Blocks)
 }
 
 /// Whether LINEAR `l`'s product reads x̂ from the int8-block scratch buffer: every product
@@ -307,8 +308,8 @@ fn int8_products(l: &Linear, dtype: DType) -> u32 {
 /// activations, which have no scratch: the safe answer.)
 pub(crate) fn reads_xhat(ctx: &RecordCtx, l: &Linear) -> bool {
     let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return true };
-    let one_token = out.shape.numel() == w.shape.rows();
-    !(one_token && int8_products(l, w.dtype) == 1)
+    let n = out.shape.numel().checked_div(w.shape.rows()).unwrap_or(0);
+    int8_products(l, w.dtype, n) == 0
 }
 
 /// The `quantize_blocks` dispatch rounding LINEAR `l`'s x ([n, k]) to int8 blocks, when its
@@ -454,7 +455,7 @@ pub(crate) fn multi_product(
     params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
     let products = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))? as usize;
     constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
-    constants.push(("INT8", int8_products(ls[0], ts[0].dtype)));
+    constants.push(("INT8", int8_products(ls[0], ts[0].dtype, 1)));
     let mut calls: Vec<KernelCall> = Vec::new();
     if let Rounding::Here { xhat } = rounding {
         calls.extend(quantize_blocks(ctx, ls[0], 1, k, xhat)?);
@@ -510,7 +511,7 @@ pub(crate) fn gated_product(
     let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, MultiKind::Gated, k);
     constants.extend([
         ("DTYPE", dtype_code(tg.dtype).unwrap_or(0)),
-        ("INT8", int8_products(g, tg.dtype)),
+        ("INT8", int8_products(g, tg.dtype, 1)),
         ("WRITE_OUT", u32::from(write_out)),
         ("UNARY_OP", op as u32),
         ("BINARY_OP", BinaryOp::Mul as u32),
