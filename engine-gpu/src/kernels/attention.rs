@@ -38,7 +38,8 @@ const WORKGROUP_BYTES: usize = 16384;
 /// Split the positions until about this many workgroups run (enough to fill a large GPU).
 const TARGET_WORKGROUPS: usize = 512;
 
-/// At most this many splits (the merge reads every split's slot).
+/// At most this many splits (the merge reads every split's slot). attention.wgsl's
+/// `MAX_SPLITS` sizes `combine`'s per-split arrays, one invocation per split (its WG is 128).
 const MAX_SPLITS: usize = 64;
 
 /// Mirrors `Params` in `attention.wgsl`.
