@@ -601,22 +601,29 @@ fn llama_layer_dispatches_are_fused() {
 
 /// RMS_NORM then LINEARs with int8-block activations: the norm and the rounding in one
 /// dispatch (`norm_quant_blocks`), in place or not, over rows that are not whole blocks (k =
-/// 45: a block of 32 and one of 13; 600 and 1100 end in blocks of 24 and 12), at one token (q, k, v merged) and several; the normed
+/// 45: a block of 32 and one of 13; 600, 1100 and 8200 end in blocks of 24, 12 and 8), at one
+/// token (q, k, v merged) and several, F16 weights (whose products read x̂) and Q8_0 ones
+/// (whose one-token products read the codes and scales); the normed
 /// tensor is read back (so its write is kept), and every output equals the unfused program's.
 #[test]
 fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
     if gpu_tests_skipped() {
         return;
     }
-    // 600 and 1100: rows long enough for the kernel's four-loads-a-step loop, at both of
-    // RMS_NORM's workgroup sizes (64 and 256).
-    for (seed, n, k, inplace) in [
-        (41, 1, 45, true),
-        (42, 3, 45, false),
-        (43, 2, 96, true),
-        (44, 1, 96, false),
-        (45, 1, 600, true),
-        (46, 2, 1100, false),
+    // 600 and 1100: rows at both of RMS_NORM's workgroup sizes (64 and 256), held in
+    // registers; 8200 and 8224: past the held path (32 · 256 elements), four loads a step.
+    for (seed, n, k, inplace, dtype) in [
+        (41, 1, 45, true, DType::F16),
+        (42, 3, 45, false, DType::F16),
+        (43, 2, 96, true, DType::F16),
+        (44, 1, 96, false, DType::F16),
+        (45, 1, 600, true, DType::F16),
+        (46, 2, 1100, false, DType::F16),
+        (47, 1, 8200, true, DType::F16),
+        (48, 2, 8200, false, DType::F16),
+        (49, 1, 608, true, DType::Q8_0),
+        (50, 1, 1120, false, DType::Q8_0),
+        (51, 1, 8224, false, DType::Q8_0),
     ] {
         let mut rng = SplitMix64(seed);
         let m = 37;
@@ -625,9 +632,9 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
             ("nw".to_string(), vector("nw", randn(&mut rng, k, 1.0))),
         ];
         for name in ["w1", "w2", "w3"] {
-            let bytes = float_weight(DType::F16, m, k, &mut rng, 0.3);
+            let bytes = float_weight(dtype, m, k, &mut rng, 0.3);
             let shape = Shape::matrix(m, k).expect("shape");
-            inputs.push((name.to_string(), HostTensor::from_bytes(name, DType::F16, shape, &bytes).expect("sizes")));
+            inputs.push((name.to_string(), HostTensor::from_bytes(name, dtype, shape, &bytes).expect("sizes")));
         }
         let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
             let [x, nw, w1, w2, w3] = ids[..] else {
@@ -644,7 +651,7 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
         };
         for portable in [false, true] {
             let (fused, unfused, _, fk, uk) = fused_and_unfused(portable, &inputs, &[], &build);
-            let what = format!("n={n} k={k} in place={inplace} portable={portable}");
+            let what = format!("{dtype} n={n} k={k} in place={inplace} portable={portable}");
             assert_bits(&fused, &unfused, &what).unwrap_or_else(|e| panic!("{e}"));
             let entry = if inplace { ":norm_quant_blocks_inplace" } else { ":norm_quant_blocks" };
             assert!(fk[0].ends_with(entry), "{what}: {fk:?}");
@@ -845,7 +852,10 @@ fn norm_quantization_matches_the_reference() {
     const U: f64 = 1.0 / 16_777_216.0;
     // rows.rs: RMS_NORM's relative tolerance, (depth/2 + 16)·u with depth = ⌈d/64⌉ + 256.
     let rms_norm_rel = |d: usize| (((d.div_ceil(64) + 256) as f64 / 2.0 + 16.0) * U) as f32;
-    for (seed, n, d, inplace) in [(21, 1, 256, false), (22, 3, 1280, true), (23, 2, 128, true), (24, 5, 384, false)] {
+    // 8320 (at 256 threads): past the kernel's held path, four loads a step.
+    for (seed, n, d, inplace) in
+        [(21, 1, 256, false), (22, 3, 1280, true), (23, 2, 128, true), (24, 5, 384, false), (25, 2, 8320, true)]
+    {
         let mut rng = SplitMix64(seed);
         let m = 33;
         let w = ternary(DType::I2_S, m, d, &mut rng, false);
