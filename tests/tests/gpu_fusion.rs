@@ -610,8 +610,8 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
     if gpu_tests_skipped() {
         return;
     }
-    // 600 and 1100: rows at both of RMS_NORM's workgroup sizes (64 and 256), held in
-    // registers; 8200 and 8224: past the held path (32 · 256 elements), four loads a step.
+    // 600, 1100, 8200 and 8224: rows long enough for the kernel's four-loads-a-step loop, at
+    // both of RMS_NORM's workgroup sizes (64 and 256); 8200 and 8224 have over 256 blocks.
     for (seed, n, k, inplace, dtype) in [
         (41, 1, 45, true, DType::F16),
         (42, 3, 45, false, DType::F16),
@@ -852,7 +852,7 @@ fn norm_quantization_matches_the_reference() {
     const U: f64 = 1.0 / 16_777_216.0;
     // rows.rs: RMS_NORM's relative tolerance, (depth/2 + 16)·u with depth = ⌈d/64⌉ + 256.
     let rms_norm_rel = |d: usize| (((d.div_ceil(64) + 256) as f64 / 2.0 + 16.0) * U) as f32;
-    // 8320 (at 256 threads): past the kernel's held path, four loads a step.
+    // 8320: a long row (256 threads, eight four-load steps each).
     for (seed, n, d, inplace) in
         [(21, 1, 256, false), (22, 3, 1280, true), (23, 2, 128, true), (24, 5, 384, false), (25, 2, 8320, true)]
     {

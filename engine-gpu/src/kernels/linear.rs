@@ -79,8 +79,7 @@ fn short_rows(ctx: &RecordCtx, k: usize) -> bool {
 const GEMV_ROWS_LANES: u32 = 8;
 /// Output rows per workgroup, and per (key, index) slot, of the LM-head kernels
 /// (`linear_argmax.wgsl`): `gemv_rows`' rows per workgroup, and a multiple of 8 dividing
-/// the window row step, so that every window's first slot is whole. `gemv_argmax` has it as
-/// a WGSL const (the size of its per-invocation array of row sums).
+/// the window row step, so that every window's first slot is whole.
 pub(crate) const PART_ROWS: u32 = GEMV_WG / GEMV_ROWS_LANES;
 const _: () = assert!(PART_ROWS == 8);
 /// Weight rows per workgroup of `tiled`.
@@ -224,7 +223,7 @@ pub(crate) fn record_with(
                     let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write, int8];
                     ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
                 } else {
-                    let c = vec![("WG", GEMV_WG), ("DTYPE", code), write, int8];
+                    let c = vec![("WG", GEMV_WG), ("DTYPE", code), ("PART_ROWS", PART_ROWS), write, int8];
                     ("gemv_argmax", c, ctx.grid_1d(wm.div_ceil(PART_ROWS as usize), 1))
                 };
                 KernelCall {

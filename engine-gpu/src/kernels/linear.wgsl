@@ -311,57 +311,46 @@ fn words32_at(off: u32) -> array<u32, 8> {
 // x̂_i = q_i / s_b (the ISA's Int8Blocks product, what the CPU engine computes), with a few
 // roundings per block where the f32 path has one per element.
 fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
-    var acc = 0.0;
-    for (var b = first; b < int8_blocks(p.k); b = b + stride) {
-        acc = acc + block_term(row, b, block_codes(tok, b)) / block_scale_of(tok, b);
-    }
-    return acc;
-}
-
-// The 32 int8 codes of block b of x's row `tok`, four per word.
-fn block_codes(tok: u32, b: u32) -> array<u32, 8> {
-    var a: array<u32, 8>;
-    for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
-        a[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
-    }
-    return a;
-}
-
-// The scale s_b of block b of x's row `tok`.
-fn block_scale_of(tok: u32, b: u32) -> f32 {
-    return bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
-}
-
-// Block b of weight row `row` against x's codes `a`, before the division by s_b: Q8_0
-// d · Σ q·c, Q4_0 d · (Σ q·c − 8 Σ q), Q4_1 d · Σ q·c + m · Σ q.
-fn block_term(row: u32, b: u32, a: array<u32, 8>) -> f32 {
     let ones = 0x01010101u;
     let nibbles = 0x0f0f0f0fu;
-    let off = block_at(row, b);
-    if (DTYPE == DT_Q8_0) {
-        let c = words32_at(codes_at(off));
-        var qc = 0;
-        for (var j = 0u; j < 8u; j = j + 1u) {
-            qc = qc + dot4I8Packed(a[j], c[j]);
+    var acc = 0.0;
+    for (var b = first; b < int8_blocks(p.k); b = b + stride) {
+        var a: array<u32, 8>;
+        for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+            a[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
         }
-        return f32(qc) * f16_at(off);
+        let s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
+        let off = block_at(row, b);
+        var term: f32;
+        if (DTYPE == DT_Q8_0) {
+            let c = words32_at(codes_at(off));
+            var qc = 0;
+            for (var j = 0u; j < 8u; j = j + 1u) {
+                qc = qc + dot4I8Packed(a[j], c[j]);
+            }
+            term = f32(qc) * f16_at(off);
+        } else {
+            // Q4_0 and Q4_1: element i < 16 is the low nibble of byte i, element i + 16 the
+            // high nibble.
+            let lo = words_at(codes_at(off));
+            let hi = words_at(codes_at(off) + 8u);
+            let c = array<u32, 4>(lo.x, lo.y, hi.x, hi.y);
+            var qc = 0;
+            var sq = 0;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                qc = qc + dot4I8Packed(a[j], c[j] & nibbles) + dot4I8Packed(a[j + 4u], (c[j] >> 4u) & nibbles);
+                sq = sq + dot4I8Packed(a[j], ones) + dot4I8Packed(a[j + 4u], ones);
+            }
+            let d = f16_at(off);
+            if (DTYPE == DT_Q4_0) {
+                term = f32(qc - 8 * sq) * d;
+            } else {
+                term = f32(qc) * d + f32(sq) * f16_at(off + 2u);
+            }
+        }
+        acc = acc + term / s;
     }
-    // Q4_0 and Q4_1: element i < 16 is the low nibble of byte i, element i + 16 the high
-    // nibble.
-    let lo = words_at(codes_at(off));
-    let hi = words_at(codes_at(off) + 8u);
-    let c = array<u32, 4>(lo.x, lo.y, hi.x, hi.y);
-    var qc = 0;
-    var sq = 0;
-    for (var j = 0u; j < 4u; j = j + 1u) {
-        qc = qc + dot4I8Packed(a[j], c[j] & nibbles) + dot4I8Packed(a[j + 4u], (c[j] >> 4u) & nibbles);
-        sq = sq + dot4I8Packed(a[j], ones) + dot4I8Packed(a[j + 4u], ones);
-    }
-    let d = f16_at(off);
-    if (DTYPE == DT_Q4_0) {
-        return f32(qc - 8 * sq) * d;
-    }
-    return f32(qc) * d + f32(sq) * f16_at(off + 2u);
+    return acc;
 }
 
 // Σ_i x[tok, i] · W[row, i] over the 8-element chunks first, first + stride, ... of the row.
@@ -370,33 +359,19 @@ fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
         // The same invocations take blocks of 32 instead of chunks of 8.
         return dot_blocks(row, tok, first, stride);
     }
+    let xb = tok * p.k;
+    let chunks = (p.k + 7u) / 8u;
     var acc = 0.0;
-    for (var c = first; c < (p.k + 7u) / 8u; c = c + stride) {
-        acc = add_chunk(acc, chunk_x(tok, c * 8u), load8(row, c * 8u), c * 8u);
+    for (var c = first; c < chunks; c = c + stride) {
+        let e0 = c * 8u;
+        let v = load8(row, e0);
+        for (var i = 0u; i < 8u; i = i + 1u) {
+            if (e0 + i < p.k) {
+                acc = acc + bitcast<f32>(x[xb + e0 + i]) * v[i];
+            }
+        }
     }
     return acc;
-}
-
-// Elements e0 .. e0 + 8 of x's row `tok` (0 at or past k).
-fn chunk_x(tok: u32, e0: u32) -> array<f32, 8> {
-    var v: array<f32, 8>;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        if (e0 + i < p.k) {
-            v[i] = bitcast<f32>(x[tok * p.k + e0 + i]);
-        }
-    }
-    return v;
-}
-
-// acc + x_i · w_i over the chunk at e0's elements before k, added in order.
-fn add_chunk(acc: f32, xv: array<f32, 8>, wv: array<f32, 8>, e0: u32) -> f32 {
-    var a = acc;
-    for (var i = 0u; i < 8u; i = i + 1u) {
-        if (e0 + i < p.k) {
-            a = a + xv[i] * wv[i];
-        }
-    }
-    return a;
 }
 
 // Output `row` of token `tok` as gemv computes it. Called by the whole workgroup in uniform

@@ -5,7 +5,7 @@
 //     LINEAR(y, x, W) ; ARGMAX(id, y)      (y one row)
 //
 // Each workgroup computes PART_ROWS consecutive outputs exactly as the unfused kernel does
-// (gemv_argmax: gemv's chunks and reduction, the rows' chunks side by side; gemv_rows_argmax:
+// (gemv_argmax: gemv's chunks and reduction, one row after another; gemv_rows_argmax:
 // gemv_rows' workgroup, whose WG / LANES rows are PART_ROWS), writes them (unless the fusion
 // pass proved that write dead: WRITE_OUT = 0), and writes the (key, index) of their largest
 // value into slot (row0 + its first row) / PART_ROWS of `parts`: argmax.wgsl's rule on the
@@ -17,8 +17,8 @@
 
 // 1 when the LINEAR's own output must be written.
 override WRITE_OUT: u32 = 1u;
-// Rows per workgroup (and per slot) of gemv_argmax (linear.rs: PART_ROWS).
-const PART_ROWS: u32 = 8u;
+// Rows per workgroup (and per slot) of gemv_argmax.
+override PART_ROWS: u32 = 8u;
 
 // gemv_rows_argmax: the key of each row of the workgroup.
 var<workgroup> row_keys: array<u32, 256>;
@@ -28,46 +28,15 @@ fn write_part(slot: u32, key: u32, idx: u32) {
     parts[2u * slot + 1u] = idx;
 }
 
-// This invocation's partial sums of rows row0 .. row0 + PART_ROWS (0 past the weight's
-// rows): gemv's chunks (or blocks) lidx, lidx + WG, ..., each row's added in gemv's order,
-// but every row of a chunk at once: x's chunk is loaded once for the PART_ROWS rows, and
-// their weight loads are in flight together.
-fn head_partials(row0: u32, lidx: u32) -> array<f32, PART_ROWS> {
-    var acc: array<f32, PART_ROWS>;
-    if (INT8 == 1u) {
-        for (var b = lidx; b < int8_blocks(p.k); b = b + WG) {
-            let a = block_codes(0u, b);
-            let s = block_scale_of(0u, b);
-            for (var r = 0u; r < PART_ROWS; r = r + 1u) {
-                if (row0 + r < weight_rows()) {
-                    acc[r] = acc[r] + block_term(row0 + r, b, a) / s;
-                }
-            }
-        }
-        return acc;
-    }
-    for (var c = lidx; c < (p.k + 7u) / 8u; c = c + WG) {
-        let xv = chunk_x(0u, c * 8u);
-        for (var r = 0u; r < PART_ROWS; r = r + 1u) {
-            if (row0 + r < weight_rows()) {
-                acc[r] = add_chunk(acc[r], xv, load8(row0 + r, c * 8u), c * 8u);
-            }
-        }
-    }
-    return acc;
-}
-
 @compute @workgroup_size(WG)
 fn gemv_argmax(ids: Ids) {
     let wg = ids.wid.y * ids.nwg.x + ids.wid.x;
-    let partials = head_partials(wg * PART_ROWS, ids.lidx);
     // Rows increase, so a strict `>` keeps the lowest index of the best.
     var best_key = 0u;
     var best_idx = NONE;
     for (var r = 0u; r < PART_ROWS; r = r + 1u) {
         let row = wg * PART_ROWS + r;
-        // gemv_total's reduction, the same sum.
-        let total = reduce_add_f32(partials[r], ids);
+        let total = gemv_total(row, 0u, ids);
         if (row < p.m && ids.lidx == 0u) {
             if (WRITE_OUT == 1u) {
                 out[p.row0 + row] = total;

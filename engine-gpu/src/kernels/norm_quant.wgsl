@@ -14,15 +14,9 @@
 // memory only when a later instruction reads it (WRITE_OUT = 1).
 //
 // Passes over the row: (1) Σ x² (rms_norm.wgsl's sum_squares); (2) max |h_i|;
-// (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Each
-// invocation reads and writes only its own elements, and nothing is read after pass 3, so
-// the in-place entry point (h == x) is safe.
-//
-// A row of up to HELD · WG elements takes the held path (rms_norm.wgsl's held_row): pass 1
-// loads the invocation's elements and weights into registers once, passes 2 and 3 work from
-// them, and pass 3 gathers the codes into held_codes (workgroup memory), since the words
-// pack consecutive elements that belong to different invocations. Longer rows go back to
-// memory in each pass, four loads a step.
+// (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
+// and writes only its own four elements, and nothing is read after it, so the in-place entry
+// point (h == x) is safe.
 //
 // norm_quant_blocks does the same with LINEAR's blocks of 32 (linear.wgsl's quantize_blocks,
 // bit for bit): pass 2 takes each block's max |h_i| into workgroup memory (an exact integer
@@ -42,36 +36,6 @@
 // 1 when the normed row must be written to `out`.
 override WRITE_OUT: u32 = 1u;
 
-// The held path (rms_norm.wgsl's held_row): the row's packed codes gathered in workgroup
-// memory, since an invocation holds elements lidx + j·WG and a word packs four consecutive
-// ones. Each byte is OR-ed in once, so the order does not matter.
-var<workgroup> held_codes: array<atomic<u32>, HELD * WG / 4u>;
-
-// Zeroes the first `words` words of held_codes (before the reduction's barriers).
-fn clear_held_codes(lidx: u32, words: u32) {
-    for (var wd = lidx; wd < words; wd = wd + WG) {
-        atomicStore(&held_codes[wd], 0u);
-    }
-}
-
-// h_j = x_j · inv · w_j into held_x (rms_norm.wgsl's scale_row, the same product), and the
-// invocation's largest |h| bits.
-fn held_norm(lidx: u32, inv: f32) -> u32 {
-    var mx = 0u;
-    for (var j = 0u; j < HELD; j = j + 1u) {
-        if (lidx + j * WG < p.cols) {
-            held_x[j] = held_x[j] * inv * held_w[j];
-            mx = max(mx, abs_bits(held_x[j]));
-        }
-    }
-    return mx;
-}
-
-// Element i's code into byte i % 4 of word i / 4 (pack4xI8's order).
-fn hold_code(i: u32, q: i32) {
-    atomicOr(&held_codes[i / 4u], (bitcast<u32>(q) & 0xffu) << (8u * (i % 4u)));
-}
-
 // The row source is rms_norm.wgsl's `load`: `out` in place (h == x), else `x`. (The in-place
 // entry point binds a read-only stand-in at binding 1, unread.)
 
@@ -81,33 +45,7 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
         return;
     }
     let base = row * p.cols;
-    if (held_row()) {
-        clear_held_codes(ids.lidx, p.cols / 4u);
-    }
-    // (The reduction's barriers also order the clearing above before any atomicOr.)
     let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
-    if (held_row()) {
-        let mx = held_norm(ids.lidx, inv);
-        let s_bits = act_scale_bits(reduce_max_u32(mx, ids));
-        let s = bitcast<f32>(s_bits);
-        for (var j = 0u; j < HELD; j = j + 1u) {
-            let i = ids.lidx + j * WG;
-            if (i < p.cols) {
-                if (WRITE_OUT == 1u) {
-                    out[base + i] = held_x[j];
-                }
-                hold_code(i, quantize1(held_x[j], s, s_bits));
-            }
-        }
-        workgroupBarrier();
-        for (var wd = ids.lidx; wd < p.cols / 4u; wd = wd + WG) {
-            acts[row * (p.cols / 4u) + wd] = atomicLoad(&held_codes[wd]);
-        }
-        if (ids.lidx == 0u) {
-            act_scales[row] = s;
-        }
-        return;
-    }
     var mx = 0u;
     var i = ids.lidx;
     // Four elements per step, loaded together (rms_norm.wgsl's load4).
@@ -203,49 +141,11 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
         return;
     }
     let base = row * p.cols;
-    let blocks = int8_blocks(p.cols);
-    for (var b = ids.lidx; b < blocks; b = b + WG) {
+    for (var b = ids.lidx; b < int8_blocks(p.cols); b = b + WG) {
         atomicStore(&block_max[b], 0u);
-    }
-    if (held_row()) {
-        clear_held_codes(ids.lidx, blocks * BLOCK_WORDS);
     }
     // (The reduction's barriers also order the stores above before pass 2.)
     let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
-    if (held_row()) {
-        held_norm(ids.lidx, inv);
-        for (var j = 0u; j < HELD; j = j + 1u) {
-            let i = ids.lidx + j * WG;
-            if (i < p.cols) {
-                atomicMax(&block_max[i / ACT_BLOCK], abs_bits(held_x[j]));
-            }
-        }
-        block_scales(ids.lidx);
-        for (var j = 0u; j < HELD; j = j + 1u) {
-            let i = ids.lidx + j * WG;
-            if (i < p.cols) {
-                let h = held_x[j];
-                let s_bits = block_scale[i / ACT_BLOCK];
-                let q = quantize1(h, bitcast<f32>(s_bits), s_bits);
-                if (WRITE_OUT == 1u) {
-                    out[base + i] = h;
-                }
-                if (WRITE_XHAT == 1u) {
-                    xq[base + i] = bitcast<u32>(dequantize1(q, s_bits));
-                }
-                hold_code(i, q);
-            }
-        }
-        workgroupBarrier();
-        // Every word of every block, zeros past k included.
-        for (var wd = ids.lidx; wd < blocks * BLOCK_WORDS; wd = wd + WG) {
-            xq[int8_code_word(p.rows, p.cols, row, wd / BLOCK_WORDS, wd % BLOCK_WORDS)] = atomicLoad(&held_codes[wd]);
-        }
-        for (var b = ids.lidx; b < blocks; b = b + WG) {
-            xq[int8_scale_word(p.rows, p.cols, row, b)] = block_scale[b];
-        }
-        return;
-    }
     var i = ids.lidx;
     for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
         let h = load4(inplace, base, i) * inv * weight4(i);
@@ -259,7 +159,7 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
     }
     block_scales(ids.lidx);
     // Each invocation reads and writes only its own words' elements: in place is safe.
-    for (var wd = ids.lidx; wd < blocks * BLOCK_WORDS; wd = wd + WG) {
+    for (var wd = ids.lidx; wd < int8_blocks(p.cols) * BLOCK_WORDS; wd = wd + WG) {
         store_rounded_word(row, base, wd, inplace, inv);
     }
 }

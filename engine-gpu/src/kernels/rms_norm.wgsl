@@ -2,8 +2,8 @@
 //
 // Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_add_f32`). Each
 // invocation sums the squares of elements lid, lid + WG, ... of its row in f32 (in that
-// order; rows of up to HELD · WG elements loaded once into registers, longer ones four loads
-// at a time), the workgroup adds the partial sums, then each invocation scales its elements. The in-place entry point reads `out` instead of `x` (one buffer cannot
+// order, four loads at a time), the workgroup adds the partial sums, then each invocation
+// scales its elements. The in-place entry point reads `out` instead of `x` (one buffer cannot
 // be bound read-only and read-write at once; the dispatcher binds the weight as the unread
 // `x`); every element is read and written by the same invocation, so in place is safe.
 
@@ -48,40 +48,10 @@ fn weight4(i: u32) -> vec4<f32> {
     return vec4<f32>(weight[i], weight[i + WG], weight[i + 2u * WG], weight[i + 3u * WG]);
 }
 
-// Elements per invocation the held path keeps in registers: a row of up to HELD · WG
-// elements is loaded in one round (every load issued before any is used) and never again.
-// Each pass that went back to memory cost a few round trips (on an H100 a 2560-wide
-// norm_quant took 11 µs a call, three passes).
-const HELD: u32 = 32u;
-// The invocation's elements lidx + j·WG of the row (held_x) and of the weight (held_w).
-var<private> held_x: array<f32, HELD>;
-var<private> held_w: array<f32, HELD>;
-
-// Whether the row takes the held path (uniform: it depends on p.cols only).
-fn held_row() -> bool {
-    return p.cols <= HELD * WG;
-}
-
 // This invocation's Σ v² over elements lidx, lidx + WG, ... of the row at `base`, added in
-// that order. On the held path (held_row) it also leaves those elements, and the weight's,
-// in held_x and held_w; otherwise it loads four at a time.
+// that order, four loads at a time.
 fn sum_squares(inplace: bool, base: u32, lidx: u32) -> f32 {
     var acc = 0.0;
-    if (held_row()) {
-        for (var j = 0u; j < HELD; j = j + 1u) {
-            let i = lidx + j * WG;
-            if (i < p.cols) {
-                held_x[j] = load(inplace, base + i);
-                held_w[j] = weight[i];
-            }
-        }
-        for (var j = 0u; j < HELD; j = j + 1u) {
-            if (lidx + j * WG < p.cols) {
-                acc = acc + held_x[j] * held_x[j];
-            }
-        }
-        return acc;
-    }
     var i = lidx;
     for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
         let v = load4(inplace, base, i);
@@ -97,18 +67,8 @@ fn sum_squares(inplace: bool, base: u32, lidx: u32) -> f32 {
     return acc;
 }
 
-// out = rms_norm(src) for the invocation's elements (after sum_squares: held, or four at a
-// time).
+// out = rms_norm(src) for the invocation's elements, four at a time as in sum_squares.
 fn scale_row(inplace: bool, base: u32, lidx: u32, inv: f32) {
-    if (held_row()) {
-        for (var j = 0u; j < HELD; j = j + 1u) {
-            let i = lidx + j * WG;
-            if (i < p.cols) {
-                out[base + i] = held_x[j] * inv * held_w[j];
-            }
-        }
-        return;
-    }
     var i = lidx;
     for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
         let v = load4(inplace, base, i);
