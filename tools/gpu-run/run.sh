@@ -9,8 +9,10 @@
 # profile_*.txt).
 # SMALL=1: the tiny shape and short runs (a dry run on lavapipe).
 # MODE=ab: only the A/B of the pack's ab/<rev>/purebee-rs (make-pack.sh's AB) against this
-# tree's binary, alternated on the same files, with their profiles: no tests, no llama.cpp.
-# (With ab/ binaries in the pack, the full run ends with the same A/B.)
+# tree's binary, alternated on the same files, with their profiles: no llama.cpp, and no
+# tests unless TESTS=1 (the suite then runs first, beside the models' making).
+# (With ab/ binaries in the pack, the full run ends with the same A/B.) AB_LLAMA=1 adds
+# llama.cpp's llama-bench on the 2B and SmolLM2 to each A/B round (ab_llama.txt).
 set -u
 R=$PWD
 O=${OUT:-/tmp/out}
@@ -44,7 +46,8 @@ LB() { LD_LIBRARY_PATH=$P/llama "$P/llama/llama-bench" "$@"; }
 log tests
 T=/tmp/gpu-run-logs; mkdir -p $T
 TP=()
-[ "$MODE" = ab ] || for b in $P/tests/*; do
+RUN_TESTS=1; [ "$MODE" = ab ] && RUN_TESTS=${TESTS:-0}
+[ "$RUN_TESTS" = 0 ] || for b in $P/tests/*; do
   n=$(basename "$b")
   (cd /work/main/tests && timeout "${TEST_TIMEOUT:-240}" "$b" --test-threads=4 > $T/$n.log 2>&1; echo "rc=$?" >> $T/$n.log) &
   TP+=($!)
@@ -69,7 +72,7 @@ MODELS=$!
 # (Never a plain `wait`: it would also wait for tee's process substitution, forever.)
 [ ${#TP[@]} = 0 ] || wait "${TP[@]}"
 log tests done
-if [ "$MODE" != ab ]; then
+if [ "$RUN_TESTS" = 1 ]; then
   for f in $T/*.log; do echo "### $(basename "$f" .log): $(grep -E '^test result' "$f" | tr '\n' ' ') $(tail -1 "$f")"; done
   for f in $T/*.log; do echo "######## $(basename "$f")"; grep -v -E '^test .* ok$' "$f"; done > "$O/tests.log"
 fi
@@ -128,11 +131,20 @@ if [ -d $P/ab ]; then
   for r in 1 2; do
     ORDER=("${BINS[@]}")
     [ $r = 2 ] && ORDER=($(printf '%s\n' "${BINS[@]}" | tac))
-    for m in tq2_0 smol tq2_0_q8head; do
+    for m in tq2_0 smol tq2_0_q8head tiny30; do
       for nb in "${ORDER[@]}"; do
         log ab ${nb%%:*} $m round $r
         echo "${nb%%:*} $m $r $(${nb#*:} bench $M/$m.gguf --engine gpu $AA --output json 2>/dev/null | tr -d '\n')" >> "$O/ab.txt"
       done
+      # AB_LLAMA=1: llama.cpp on the same shapes in the same rounds (the 2B under the name
+      # `bitnet`, see step 1).
+      case "${AB_LLAMA:-0}:$m" in
+        1:tq2_0) lm=tq2_0_bn ;; 1:smol) lm=smol ;; *) lm= ;;
+      esac
+      if [ -n "$lm" ] && [ -x $P/llama/llama-bench ]; then
+        log ab llama $lm round $r
+        LB -m $M/$lm.gguf -ngl 99 $AA -o jsonl 2>/dev/null | sed "s/^/llama $lm $r /" >> "$O/ab_llama.txt"
+      fi
     done
   done
   python3 $H/summ.py "$O/ab.txt"
