@@ -29,14 +29,14 @@
 
 use std::ops::Range;
 
-use purebee_isa::ops::{Binary, BitLinear, Linear, LinearActivations, RmsNorm};
+use purebee_isa::ops::{Attention, Binary, BitLinear, Linear, LinearActivations, RmsNorm};
 use purebee_isa::Instruction;
 use purebee_memory::{DType, TensorId};
 
 use crate::kernels::bitlinear::{self, Epilogue};
 use crate::kernels::elementwise::UnaryOp;
 use crate::kernels::rope_qkv::{self, RopeEpilogue};
-use crate::kernels::{linear, norm_quant, rope_kv, KernelCall, RecordCtx};
+use crate::kernels::{attention, linear, norm_quant, rope_kv, KernelCall, RecordCtx};
 use crate::GpuError;
 
 /// The patterns the pass matches. A fused group may combine several (an RMS_NORM
@@ -139,6 +139,13 @@ pub(crate) enum Pattern {
     /// 17 with them, 13 for LINEARs. k and v are written only when those writes are not
     /// dead; q always (its ROPE's write is the one ATTENTION reads).
     RopeEpilogue,
+    /// ATTENTION(o, ·) immediately followed by LINEARs reading `o` with int8-block
+    /// activations (Llama's o projection): the merge of the attention's splits
+    /// (`attention.wgsl`'s `combine_rounded`) also rounds each head's blocks into the
+    /// LINEARs' scratch buffer, bit-identical to their `quantize_blocks`, one dispatch fewer.
+    /// Needs the positions split (so the merge runs: decode) and a head dimension that is
+    /// a multiple of 32 (a head holds whole blocks). `o` is always written.
+    AttentionRounding,
 }
 
 /// A fused [`Pattern::RopeEpilogue`] at the end of a merged q/k/v group.
@@ -234,6 +241,8 @@ impl QuantGroup {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LinearGroup {
     pub norm: Option<NormPart>,
+    /// The ATTENTION producing `x`, whose merge rounds it ([`Pattern::AttentionRounding`]).
+    pub attention: Option<usize>,
     pub linears: Vec<usize>,
     pub tail: Option<TailPart>,
     /// Int8-block activations: the first LINEAR's rounding of `x` (or the norm's) serves
@@ -249,7 +258,7 @@ pub(crate) struct LinearGroup {
 impl LinearGroup {
     /// The instructions the group covers.
     pub fn range(&self) -> Range<usize> {
-        let first = self.norm.map_or(self.linears[0], |n| n.index);
+        let first = self.norm.map(|n| n.index).or(self.attention).unwrap_or(self.linears[0]);
         first..group_last(&self.linears, self.tail, self.rope) + 1
     }
 
@@ -261,6 +270,9 @@ impl LinearGroup {
         }
         if self.norm.is_some() {
             p.push(Pattern::NormQuantization);
+        }
+        if self.attention.is_some() {
+            p.push(Pattern::AttentionRounding);
         }
         p.extend(self.tail.map(|t| t.pattern()));
         if self.merged {
@@ -393,8 +405,18 @@ pub(crate) fn record_linear(
         };
         calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
     }
-    // The group's rounding: the norm's, or the first product's.
-    let rounding = if g.norm.is_none() { linear::Rounding::Here { xhat } } else { linear::Rounding::Done };
+    if let Some(i) = g.attention {
+        let Some(Instruction::Attention(a)) = instructions.get(i) else {
+            return Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not an ATTENTION")));
+        };
+        calls.extend(attention::record_with(ctx, a, Some(xhat))?);
+    }
+    // The group's rounding: the norm's or the attention's, or the first product's.
+    let rounding = if g.norm.is_none() && g.attention.is_none() {
+        linear::Rounding::Here { xhat }
+    } else {
+        linear::Rounding::Done
+    };
     if g.merged {
         match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
             (&[a, b, c], None) => {
@@ -419,12 +441,20 @@ pub(crate) fn record_linear(
 
 /// The LINEAR group starting at instruction `i`, if one does and fuses anything.
 fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
-    let (norm, first) = match instructions.get(i)? {
+    let (norm, attention, first) = match instructions.get(i)? {
         Instruction::RmsNorm(n) => match instructions.get(i + 1) {
-            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => (Some((i, n)), i + 1),
+            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => {
+                (Some((i, n)), None, i + 1)
+            }
             _ => return None,
         },
-        Instruction::Linear(_) => (None, i),
+        Instruction::Attention(a) => match instructions.get(i + 1) {
+            Some(Instruction::Linear(l)) if l.x == a.out && attention_rounding_fusable(ctx, a, l) => {
+                (None, Some(i), i + 1)
+            }
+            _ => return None,
+        },
+        Instruction::Linear(_) => (None, None, i),
         _ => return None,
     };
     let Some(Instruction::Linear(l0)) = instructions.get(first) else { return None };
@@ -464,7 +494,7 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     } else {
         None
     };
-    let g = LinearGroup { norm, linears, tail, int8, merged, rope };
+    let g = LinearGroup { norm, attention, linears, tail, int8, merged, rope };
     (!g.patterns().is_empty()).then_some(g)
 }
 
@@ -483,6 +513,19 @@ fn block_norm_fusable(ctx: &RecordCtx, n: &RmsNorm, l: &Linear) -> bool {
         && fits(ctx, n.x)
         && fits(ctx, n.out)
         && fits(ctx, n.weight)
+}
+
+/// Whether ATTENTION `a`'s merge can round its output for LINEAR `l`, which reads it
+/// ([`Pattern::AttentionRounding`]): `l` asks for int8 blocks, the attention's positions
+/// are split and its heads hold whole blocks, `l`'s weight rows are as long as the
+/// output's (the scratch buffer's shape), and the output's elements are indexed in u32.
+fn attention_rounding_fusable(ctx: &RecordCtx, a: &Attention, l: &Linear) -> bool {
+    let (Ok(o), Ok(w)) = (ctx.desc(a.out), ctx.desc(l.weight)) else { return false };
+    l.activations == LinearActivations::Int8Blocks
+        && o.shape.cols() == w.shape.cols()
+        && o.shape.rows().checked_mul(o.shape.cols()).is_some_and(|e| u32::try_from(e).is_ok())
+        && attention::rounds_blocks(ctx, a)
+        && fits(ctx, a.out)
 }
 
 /// Whether the one-token products of LINEARs `linears` (with `tail`) can run as one

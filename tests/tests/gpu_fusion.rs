@@ -509,12 +509,16 @@ fn llama_case() -> impl Strategy<Value = LlamaLayer> {
         // Int8 blocks over rows that need not be whole blocks (the last one shorter).
         (DType::F16, LinearActivations::Int8Blocks),
     ];
-    (0..6usize, 1..=3usize, 1..=3usize, 0..31usize, 20..700usize, any::<bool>(), 0..3u32, any::<u64>()).prop_map(
+    // Positions past 32 give a cache of several tiles, so decode splits the positions and
+    // ATTENTION's merge runs (and, with int8 blocks, rounds for the o projection).
+    let pos = prop_oneof![0..3u32, 33..120u32];
+    (0..6usize, 1..=3usize, 1..=3usize, 0..31usize, 20..700usize, any::<bool>(), pos, any::<u64>()).prop_map(
         move |(kind, n, heads, odd, vocab, gqa, pos, seed)| {
             let (dtype, acts) = kinds[kind];
             let block = matches!(dtype, DType::Q8_0 | DType::Q4_1);
-            // Rows of block types are whole blocks of 32; float rows any (even head) length.
-            let head_dim = if block { 32 } else { 16 + 2 * (odd % 8) };
+            // Rows of block types are whole blocks of 32 (heads of one or two blocks); float
+            // rows any (even head) length.
+            let head_dim = if block { 32 * (1 + odd % 2) } else { 16 + 2 * (odd % 8) };
             let heads = 2 * heads;
             let d = heads * head_dim;
             let ff = if block { 32 * (1 + odd % 4) + d } else { d + 2 * odd + 1 };
@@ -544,15 +548,18 @@ proptest! {
 
 /// Every pattern of a Llama-style layer is fused: the dispatches of two layers, the final
 /// norm, the head and ARGMAX at one token, fused vs unfused (`dispatched_kernels`), with
-/// int8-block activations (Q8_0) and f32 ones (F16).
+/// int8-block activations (Q8_0) and f32 ones (F16), at position 1 (one tile of cache:
+/// ATTENTION in one dispatch) and 70 (three tiles: its positions split, and merged by
+/// `combine`, or by `combine_rounded` with int8 blocks).
 #[test]
 fn llama_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
         return;
     }
-    for (dtype, acts) in [(DType::Q8_0, LinearActivations::Int8Blocks), (DType::F16, LinearActivations::F32)] {
-        let c =
-            LlamaLayer { dtype, acts, n: 1, d: 128, ff: 192, vocab: 300, head_dim: 32, kv_heads: 2, pos: 1, seed: 9 };
+    let q8_blocks = (DType::Q8_0, LinearActivations::Int8Blocks);
+    let f16_f32 = (DType::F16, LinearActivations::F32);
+    for ((dtype, acts), pos) in [(q8_blocks, 1), (f16_f32, 1), (q8_blocks, 70), (f16_f32, 70)] {
+        let c = LlamaLayer { dtype, acts, n: 1, d: 128, ff: 192, vocab: 300, head_dim: 32, kv_heads: 2, pos, seed: 9 };
         let inputs = c.inputs();
         let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
         assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
@@ -575,9 +582,13 @@ fn llama_layer_dispatches_are_fused() {
         let per_layer: Vec<&str> = fk_layers[..fk_layers.len() / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
         assert_eq!(fk_layers[..per_layer.len()], fk_layers[per_layer.len()..], "both layers alike");
         let count = |k: &str| per_layer.iter().filter(|s| s.ends_with(k)).count();
-        // Both norms round for the products after them; o and down round their own x.
+        // Both norms round for the products after them; down rounds its own x, and so does
+        // o unless the attention's merge rounds it.
+        let split = pos > 32;
         assert_eq!(count(":norm_quant_blocks"), if int8 { 2 } else { 0 }, "{per_layer:?}");
-        assert_eq!(count(":quantize_blocks"), if int8 { 2 } else { 0 }, "{per_layer:?}");
+        assert_eq!(count(":quantize_blocks"), if int8 { 2 - usize::from(split) } else { 0 }, "{per_layer:?}");
+        assert_eq!(count(":combine_rounded"), usize::from(int8 && split), "{per_layer:?}");
+        assert_eq!(count(":combine"), usize::from(!int8 && split), "{per_layer:?}");
         // q, k, v with ROPE and KV_WRITE in one dispatch; gate, up, the activation and the
         // multiply in another; o and down carry the residual add; no elementwise kernel.
         assert_eq!(count(&rows(":gemv_multi_rope")), 1, "{per_layer:?}");
@@ -588,9 +599,11 @@ fn llama_layer_dispatches_are_fused() {
         assert_eq!(rope("rope_kv.wgsl") + rope("rope.wgsl") + rope("kv_write.wgsl"), 0, "{per_layer:?}");
         // Unfused: norm, 7 × (rounding +) product, 2 ROPE, 2 KV_WRITE, attention, 2 adds,
         // norm, SILU, ELEMENT_MUL. Fused: norm (+ rounding), q/k/v + ROPE + KV_WRITE,
-        // attention, (rounding +) o, norm (+ rounding), gate/up, (rounding +) down.
+        // attention (+ the rounding, when its merge runs), (rounding +) o, norm (+ rounding),
+        // gate/up, (rounding +) down.
         let attention = per_layer.iter().filter(|s| s.contains("attention.wgsl")).count();
-        let (unfused_want, fused_want) = if int8 { (24, 8) } else { (17, 6) };
+        assert_eq!(attention, 1 + usize::from(split), "{per_layer:?}");
+        let (unfused_want, fused_want) = if int8 { (24, 8 - usize::from(split)) } else { (17, 6) };
         assert_eq!(
             (uk_layers.len() / LLAMA_LAYERS, per_layer.len()),
             (unfused_want + attention, fused_want + attention),

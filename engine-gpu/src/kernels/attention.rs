@@ -16,9 +16,9 @@
 //! heads, 5 kv heads, `hd = 128`): 20 MiB of cache read once per call, 64 splits, 666 KB of
 //! partials written and read.
 
-use purebee_isa::ops::Attention;
+use purebee_isa::ops::{Attention, LINEAR_ACT_BLOCK};
 
-use super::{ArgSlot, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use super::{linear, ArgSlot, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -102,8 +102,18 @@ pub(crate) fn splits(per_split: usize, n_ctx: usize) -> usize {
     TARGET_WORKGROUPS.div_ceil(per_split).min(MAX_SPLITS).min(n_ctx.div_ceil(TILE)).max(1)
 }
 
-/// The dispatches: `partial`, then `combine` when the positions are split.
-pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, GpuError> {
+/// How one ATTENTION runs: its kernels' parameters and constants, and its grid.
+struct Layout {
+    params: Params,
+    hd: usize,
+    heads: usize,
+    /// Workgroups of `partial`, and the (row, head) pairs `combine` merges.
+    groups: usize,
+    rows_heads: usize,
+    splits: usize,
+}
+
+fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
     let q = &ctx.desc(a.q)?.shape;
     let cache = &ctx.desc(a.k_cache)?.shape;
     let (n, q_width, n_ctx, kv_width) = (q.rows(), q.cols(), cache.rows(), cache.cols());
@@ -123,7 +133,8 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
     let groups = per_split.checked_mul(s).ok_or_else(too_many)?;
     // The kernels index workgroups with u32.
     u(groups)?;
-    u(n.saturating_mul(n_head))?;
+    let rows_heads = n.saturating_mul(n_head);
+    u(rows_heads)?;
     let params = Params {
         n: u(n)?,
         n_head: u(n_head)?,
@@ -137,6 +148,27 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
         pos: ctx.u32_arg(a.pos),
         slot: u(hd + 2)?,
     };
+    Ok(Layout { params, hd, heads, groups, rows_heads, splits: s })
+}
+
+/// Whether `combine_rounded` can round ATTENTION `a`'s output to int8 blocks as it writes
+/// it (fuse.rs, pattern AttentionRounding): the positions are split (so `combine` runs)
+/// and each head holds whole blocks of [`LINEAR_ACT_BLOCK`].
+pub(crate) fn rounds_blocks(ctx: &RecordCtx, a: &Attention) -> bool {
+    layout(ctx, a).is_ok_and(|l| l.splits > 1 && l.hd % LINEAR_ACT_BLOCK == 0)
+}
+
+/// The dispatches: `partial`, then `combine` when the positions are split.
+pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, GpuError> {
+    record_with(ctx, a, None)
+}
+
+/// [`record`], with `combine_rounded` in place of `combine` when `rounding` is
+/// `Some(xhat)`: the output is also rounded to int8 blocks into the LINEAR activations'
+/// scratch buffer, with x̂ when `xhat` (act_quant.wgsl's WRITE_XHAT). Only where
+/// [`rounds_blocks`].
+pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>) -> Result<Vec<KernelCall>, GpuError> {
+    let Layout { params, hd, heads, groups, rows_heads, splits: s } = layout(ctx, a)?;
     let (cols, row_groups) = value_threads(hd);
     let key = |entry, direct| PipelineKey {
         shader: Shader::Attention,
@@ -152,6 +184,9 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
     let inputs = [(1, Storage::Tensor(a.q, 0)), (2, Storage::Tensor(a.k_cache, 0)), (3, Storage::Tensor(a.v_cache, 0))];
     let bytes = bytemuck::bytes_of(&params).to_vec();
     if s == 1 {
+        if rounding.is_some() {
+            return Err(GpuError::Wgpu("fusion plan: an int8-block rounding after an unsplit ATTENTION".to_string()));
+        }
         let mut storage = inputs.to_vec();
         storage.extend([(4, Storage::Tensor(a.out, 0)), (5, Storage::RunParams)]);
         return Ok(vec![KernelCall {
@@ -161,20 +196,25 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
             workgroups: ctx.grid_1d(groups, 1),
         }]);
     }
+    let (n, n_head) = (params.n as usize, params.n_head as usize);
     let scratch = (n * n_head * s) as u64 * (hd as u64 + 2) * 4;
     let mut storage = inputs.to_vec();
     storage.extend([(4, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (5, Storage::RunParams)]);
+    let mut merge_storage =
+        vec![(6, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (7, Storage::Tensor(a.out, 0))];
+    let mut merge_key = key("combine", 0);
+    if let Some(xhat) = rounding {
+        if hd % LINEAR_ACT_BLOCK != 0 {
+            return Err(GpuError::Wgpu(format!("fusion plan: an int8-block rounding of heads of {hd}")));
+        }
+        let k = params.q_width as usize;
+        merge_storage.push((8, Storage::Scratch(ScratchKey::LinearActivations, linear::int8_scratch_bytes(n, k))));
+        merge_key.entry = "combine_rounded";
+        merge_key.constants.push(("WRITE_XHAT", u32::from(xhat)));
+    }
     Ok(vec![
         KernelCall { key: key("partial", 0), params: bytes.clone(), storage, workgroups: ctx.grid_1d(groups, 1) },
-        KernelCall {
-            key: key("combine", 0),
-            params: bytes,
-            storage: vec![
-                (6, Storage::Scratch(ScratchKey::AttentionPartials, scratch)),
-                (7, Storage::Tensor(a.out, 0)),
-            ],
-            workgroups: ctx.grid_1d(n * n_head, 1),
-        },
+        KernelCall { key: merge_key, params: bytes, storage: merge_storage, workgroups: ctx.grid_1d(rows_heads, 1) },
     ])
 }
 

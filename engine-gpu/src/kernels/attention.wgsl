@@ -64,6 +64,9 @@ struct Params {
 // `combine`'s input (the scratch buffer) and output.
 @group(0) @binding(6) var<storage, read> parts: array<f32>;
 @group(0) @binding(7) var<storage, read_write> out: array<f32>;
+// combine_rounded: the int8-block scratch buffer of the LINEAR reading `out`
+// (act_quant.wgsl's layout).
+@group(0) @binding(8) var<storage, read_write> xq: array<u32>;
 
 // Elements per head.
 override HD: u32 = 64u;
@@ -104,6 +107,9 @@ const MAX_SPLITS: u32 = 64u;
 var<workgroup> split_m: array<f32, MAX_SPLITS>;
 var<workgroup> split_l: array<f32, MAX_SPLITS>;
 var<workgroup> split_w: array<f32, MAX_SPLITS>;
+// combine: the head's merged outputs; combine_rounded: each of its blocks' scale bits.
+var<workgroup> merged: array<f32, HD>;
+var<workgroup> head_scales: array<u32, (HD + ACT_BLOCK - 1u) / ACT_BLOCK>;
 
 // The positions query row r attends to: pos + r + 1, clamped to the cache.
 fn positions(r: u32) -> u32 {
@@ -306,20 +312,16 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     }
 }
 
-@compute @workgroup_size(WG)
-fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-           @builtin(num_workgroups) nwg: vec3<u32>) {
-    let g = wid.y * nwg.x + wid.x; // r · n_head + h
-    if (g >= p.n * p.n_head) {
-        return;
-    }
+// Output row r, head h (g = r · n_head + h) merged from its splits' slots, element d by
+// invocation d, d + WG, ...: written to `out`, and kept in `merged` for combine_rounded.
+fn combine_head(g: u32, lid: u32) {
     let first_slot = g * p.splits * p.slot;
     // Each split's (m, l), loaded by its own invocation: one memory round trip, not one per
     // split (a loop over the splits in every invocation took 11–18 µs a call on an H100).
-    if (lid.x < p.splits) {
-        let at = first_slot + lid.x * p.slot;
-        split_m[lid.x] = parts[at];
-        split_l[lid.x] = parts[at + 1u];
+    if (lid < p.splits) {
+        let at = first_slot + lid * p.slot;
+        split_m[lid] = parts[at];
+        split_l[lid] = parts[at + 1u];
     }
     workgroupBarrier();
     var m = LOWEST;
@@ -329,8 +331,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
         }
     }
     // e^(m_s − M), once per split (unused for an empty split, which is skipped below).
-    if (lid.x < p.splits) {
-        split_w[lid.x] = exp(split_m[lid.x] - m);
+    if (lid < p.splits) {
+        split_w[lid] = exp(split_m[lid] - m);
     }
     workgroupBarrier();
     var l = 0.0;
@@ -341,7 +343,7 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     }
     // out row r, head h starts at r · q_width + h · HD = g · HD. The sums go in split order;
     // four splits' values are loaded before any is added.
-    for (var d = lid.x; d < HD; d += WG) {
+    for (var d = lid; d < HD; d += WG) {
         let first = first_slot + 2u + d;
         var o = 0.0;
         var s = 0u;
@@ -359,6 +361,60 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
                 o += parts[first + s * p.slot] * split_w[s];
             }
         }
-        out[g * HD + d] = o / l;
+        let y = o / l;
+        out[g * HD + d] = y;
+        merged[d] = y;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wid.y * nwg.x + wid.x; // r · n_head + h
+    if (g >= p.n * p.n_head) {
+        return;
+    }
+    combine_head(g, lid.x);
+}
+
+// combine, then the head's int8 blocks of 32 rounded into `xq`, the scratch buffer of the
+// LINEAR that reads `out` (fuse.rs, pattern AttentionRounding; act_quant.wgsl's layout,
+// x = out [n, q_width]): bit for bit what linear.wgsl's quantize_blocks computes from `out`
+// (the same values, an exact integer maximum per block, the same rounding functions).
+// Needs HD to be a multiple of ACT_BLOCK, so a head holds whole blocks.
+@compute @workgroup_size(WG)
+fn combine_rounded(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wid.y * nwg.x + wid.x;
+    if (g >= p.n * p.n_head) {
+        return;
+    }
+    combine_head(g, lid.x);
+    workgroupBarrier();
+    let r = g / p.n_head;
+    let col0 = (g % p.n_head) * HD;
+    // One invocation per block: its maximum and scale.
+    for (var b = lid.x; b < HD / ACT_BLOCK; b += WG) {
+        var mx = 0u;
+        for (var i = 0u; i < ACT_BLOCK; i++) {
+            mx = max(mx, abs_bits(merged[b * ACT_BLOCK + i]));
+        }
+        let s_bits = act_scale_bits(mx);
+        head_scales[b] = s_bits;
+        xq[int8_scale_word(p.n, p.q_width, r, col0 / ACT_BLOCK + b)] = s_bits;
+    }
+    workgroupBarrier();
+    // One invocation per word of four codes (and their x̂ when a product reads it).
+    for (var wd = lid.x; wd < HD / 4u; wd += WG) {
+        let s_bits = head_scales[4u * wd / ACT_BLOCK];
+        var q = vec4<i32>(0);
+        for (var i = 0u; i < 4u; i++) {
+            q[i] = quantize1(merged[4u * wd + i], bitcast<f32>(s_bits), s_bits);
+            if (WRITE_XHAT == 1u) {
+                xq[r * p.q_width + col0 + 4u * wd + i] = bitcast<u32>(dequantize1(q[i], s_bits));
+            }
+        }
+        let blk = (col0 + 4u * wd) / ACT_BLOCK;
+        xq[int8_code_word(p.n, p.q_width, r, blk, wd % BLOCK_WORDS)] = pack4xI8(q);
     }
 }

@@ -334,7 +334,8 @@ impl Shader {
             Shader::Rope => concat!(include_str!("rope_math.wgsl"), include_str!("rope.wgsl")),
             Shader::RopeKv => concat!(include_str!("rope_math.wgsl"), include_str!("rope_kv.wgsl")),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
-            Shader::Attention => include_str!("attention.wgsl"),
+            // act_quant.wgsl: combine_rounded's int8-block rounding.
+            Shader::Attention => concat!(include_str!("act_quant.wgsl"), include_str!("attention.wgsl")),
         }
     }
 }
