@@ -1,7 +1,8 @@
 // Int8 activation rounding shared by BITLINEAR (a scale per row) and LINEAR's Int8Blocks
 // activations (a scale per block of 32): the rule of the ISA's `bitlinear_act_scale` and
-// `bitlinear_quantize`, bit for bit. Concatenated before bitlinear.wgsl and linear.wgsl
-// (see `Shader::source`); it declares no bindings, only these functions.
+// `bitlinear_quantize`, bit for bit. Concatenated before bitlinear.wgsl, linear.wgsl,
+// norm_quant.wgsl and attention.wgsl (see `Shader::source`); it declares no bindings, only
+// these functions.
 //
 // - abs_bits(v): |v|'s bits for the maximum, NaN as 0 (f32::max ignores NaN). The maximum of
 //   the bit patterns of non-negative floats is their float maximum, exactly.

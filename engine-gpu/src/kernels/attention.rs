@@ -113,6 +113,7 @@ struct Layout {
     splits: usize,
 }
 
+/// ATTENTION `a`'s layout; the typed error of a shape the kernels cannot take.
 fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
     let q = &ctx.desc(a.q)?.shape;
     let cache = &ctx.desc(a.k_cache)?.shape;

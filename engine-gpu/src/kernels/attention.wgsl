@@ -24,7 +24,9 @@
 // splits == 1 (DIRECT), or to the split's slot [m, l, o_0 .. o_{HD−1}] of the scratch buffer.
 //
 // `combine` (splits > 1): one workgroup per (row, head) merges the splits' slots:
-// M = max m_s, L = Σ l_s e^(m_s − M), out[d] = Σ o_s[d] e^(m_s − M) / L.
+// M = max m_s, L = Σ l_s e^(m_s − M), out[d] = Σ o_s[d] e^(m_s − M) / L. `combine_rounded`
+// also rounds the head's blocks of 32 for the LINEAR that reads `out` (act_quant.wgsl,
+// concatenated before this file).
 //
 // Positions are clamped to the cache so that nothing is read out of bounds even if the
 // host check (pos + n <= n_ctx, GpuEngine::check_positions) were skipped.
