@@ -140,7 +140,7 @@ pub(crate) enum Pattern {
     /// dead; q always (its ROPE's write is the one ATTENTION reads).
     RopeEpilogue,
     /// ATTENTION(o, ·) immediately followed by LINEARs reading `o` with int8-block
-    /// activations (Llama's o projection): the merge of the attention's splits
+    /// activations (the o projection after attention): the merge of the attention's splits
     /// (`attention.wgsl`'s `combine_rounded`) also rounds each head's blocks into the
     /// LINEARs' scratch buffer, bit-identical to their `quantize_blocks`, one dispatch fewer.
     /// Needs the positions split (so the merge runs: decode) and a head dimension that is
