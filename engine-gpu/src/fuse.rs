@@ -235,17 +235,35 @@ impl QuantGroup {
     }
 }
 
+/// The instruction before a [`LinearGroup`]'s products that produces their `x` and rounds
+/// it to int8 blocks for them, so that no product rounds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rounder {
+    /// An RMS_NORM ([`Pattern::NormQuantization`]).
+    Norm(NormPart),
+    /// The ATTENTION at this index, whose merge rounds ([`Pattern::AttentionRounding`]).
+    Attention(usize),
+}
+
+impl Rounder {
+    fn index(&self) -> usize {
+        match *self {
+            Rounder::Norm(n) => n.index,
+            Rounder::Attention(i) => i,
+        }
+    }
+}
+
 /// Consecutive LINEARs that read one `x` with one activations option, after an optional
-/// RMS_NORM producing that `x` (int8-block activations only), and an optional epilogue after
-/// the last of them (a residual add, or an activation and a multiply).
+/// instruction producing that `x` and rounding it (int8-block activations only), and an
+/// optional epilogue after the last of them (a residual add, or an activation and a
+/// multiply).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LinearGroup {
-    pub norm: Option<NormPart>,
-    /// The ATTENTION producing `x`, whose merge rounds it ([`Pattern::AttentionRounding`]).
-    pub attention: Option<usize>,
+    pub rounder: Option<Rounder>,
     pub linears: Vec<usize>,
     pub tail: Option<TailPart>,
-    /// Int8-block activations: the first LINEAR's rounding of `x` (or the norm's) serves
+    /// Int8-block activations: the first LINEAR's rounding of `x` (or the rounder's) serves
     /// them all.
     pub int8: bool,
     /// The products run as one dispatch ([`Pattern::MultiProduct`] or
@@ -258,7 +276,7 @@ pub(crate) struct LinearGroup {
 impl LinearGroup {
     /// The instructions the group covers.
     pub fn range(&self) -> Range<usize> {
-        let first = self.norm.map(|n| n.index).or(self.attention).unwrap_or(self.linears[0]);
+        let first = self.rounder.map_or(self.linears[0], |r| r.index());
         first..group_last(&self.linears, self.tail, self.rope) + 1
     }
 
@@ -268,12 +286,10 @@ impl LinearGroup {
         if self.int8 && self.linears.len() > 1 {
             p.push(Pattern::SharedQuantization);
         }
-        if self.norm.is_some() {
-            p.push(Pattern::NormQuantization);
-        }
-        if self.attention.is_some() {
-            p.push(Pattern::AttentionRounding);
-        }
+        p.extend(self.rounder.map(|r| match r {
+            Rounder::Norm(_) => Pattern::NormQuantization,
+            Rounder::Attention(_) => Pattern::AttentionRounding,
+        }));
         p.extend(self.tail.map(|t| t.pattern()));
         if self.merged {
             p.push(if self.tail.is_some() { Pattern::GatedPair } else { Pattern::MultiProduct });
@@ -399,24 +415,23 @@ pub(crate) fn record_linear(
     for &i in &g.linears {
         xhat |= linear::reads_xhat(ctx, linear_at(i)?);
     }
-    if let Some(n) = g.norm {
-        let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
-            return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
-        };
-        calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
+    match g.rounder {
+        Some(Rounder::Norm(n)) => {
+            let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
+                return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
+            };
+            calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
+        }
+        Some(Rounder::Attention(i)) => {
+            let Some(Instruction::Attention(a)) = instructions.get(i) else {
+                return Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not an ATTENTION")));
+            };
+            calls.extend(attention::record_with(ctx, a, Some(xhat))?);
+        }
+        None => {}
     }
-    if let Some(i) = g.attention {
-        let Some(Instruction::Attention(a)) = instructions.get(i) else {
-            return Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not an ATTENTION")));
-        };
-        calls.extend(attention::record_with(ctx, a, Some(xhat))?);
-    }
-    // The group's rounding: the norm's or the attention's, or the first product's.
-    let rounding = if g.norm.is_none() && g.attention.is_none() {
-        linear::Rounding::Here { xhat }
-    } else {
-        linear::Rounding::Done
-    };
+    // The group's rounding: the rounder's, or the first product's.
+    let rounding = if g.rounder.is_none() { linear::Rounding::Here { xhat } } else { linear::Rounding::Done };
     if g.merged {
         match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
             (&[a, b, c], None) => {
@@ -443,18 +458,16 @@ pub(crate) fn record_linear(
 fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
     let (norm, attention, first) = match instructions.get(i)? {
         Instruction::RmsNorm(n) => match instructions.get(i + 1) {
-            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => {
-                (Some((i, n)), None, i + 1)
-            }
+            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => (Some(n), false, i + 1),
             _ => return None,
         },
         Instruction::Attention(a) => match instructions.get(i + 1) {
             Some(Instruction::Linear(l)) if l.x == a.out && attention_rounding_fusable(ctx, a, l) => {
-                (None, Some(i), i + 1)
+                (None, true, i + 1)
             }
             _ => return None,
         },
-        Instruction::Linear(_) => (None, None, i),
+        Instruction::Linear(_) => (None, false, i),
         _ => return None,
     };
     let Some(Instruction::Linear(l0)) = instructions.get(first) else { return None };
@@ -480,8 +493,12 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
         }
     }
     let int8 = l0.activations == LinearActivations::Int8Blocks;
-    let norm =
-        norm.map(|(index, n)| NormPart { index, write_out: !write_is_dead(instructions, index, n.out, &linears) });
+    let rounder = match norm {
+        Some(n) => {
+            Some(Rounder::Norm(NormPart { index: i, write_out: !write_is_dead(instructions, i, n.out, &linears) }))
+        }
+        None => attention.then_some(Rounder::Attention(i)),
+    };
     let merged = linears_mergeable(ctx, limits, instructions, &linears, tail);
     let rope = if merged && tail.is_none() {
         let ls = all_of(instructions, &linears, |i| match i {
@@ -494,7 +511,7 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     } else {
         None
     };
-    let g = LinearGroup { norm, attention, linears, tail, int8, merged, rope };
+    let g = LinearGroup { rounder, linears, tail, int8, merged, rope };
     (!g.patterns().is_empty()).then_some(g)
 }
 
