@@ -9,6 +9,7 @@
 // - act_scale_bits(a_bits): s = 127 / max(a, 1e-5), correctly rounded (WGSL's `/` may be off
 //   by 2.5 ulp, so it is an exact integer long division, div_bits).
 // - quantize1(v, s, s_bits): clamp(round_half_to_even(v · s), −128, 127), NaN → 0.
+// - quantize4(v, s_bits): quantize1 of the four values of one word of codes.
 // - dequantize1(q, s_bits): q / s correctly rounded (div_bits again), NaN when s = 0.
 
 // 1e-5 as f32 bits (0x3727c5ac = 9.99999974738e-6, the f32 nearest 1e-5).
@@ -88,6 +89,13 @@ fn quantize1(v: f32, s: f32, s_bits: u32) -> i32 {
         return 0;
     }
     return i32(clamp(round(v * s), -128.0, 127.0));
+}
+
+// quantize1 of four values of one block (scale bits `s_bits`), as one word's codes.
+fn quantize4(v: vec4<f32>, s_bits: u32) -> vec4<i32> {
+    let s = bitcast<f32>(s_bits);
+    return vec4<i32>(quantize1(v.x, s, s_bits), quantize1(v.y, s, s_bits), quantize1(v.z, s, s_bits),
+                     quantize1(v.w, s, s_bits));
 }
 
 // q / s correctly rounded to f32 (`s_bits` from act_scale_bits): ±0 for q = 0, NaN for s = 0

@@ -409,11 +409,11 @@ fn combine_rounded(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     // One invocation per word of four codes (and their x̂ when a product reads it).
     for (var wd = lid.x; wd < HD / 4u; wd += WG) {
         let s_bits = head_scales[4u * wd / ACT_BLOCK];
-        var q = vec4<i32>(0);
+        let e = 4u * wd;
+        let q = quantize4(vec4<f32>(merged[e], merged[e + 1u], merged[e + 2u], merged[e + 3u]), s_bits);
         for (var i = 0u; i < 4u; i++) {
-            q[i] = quantize1(merged[4u * wd + i], bitcast<f32>(s_bits), s_bits);
             if (WRITE_XHAT == 1u) {
-                xq[r * p.q_width + col0 + 4u * wd + i] = bitcast<u32>(dequantize1(q[i], s_bits));
+                xq[r * p.q_width + col0 + e + i] = bitcast<u32>(dequantize1(q[i], s_bits));
             }
         }
         let blk = (col0 + 4u * wd) / ACT_BLOCK;

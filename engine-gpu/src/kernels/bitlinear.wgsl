@@ -83,12 +83,8 @@ fn quantize(ids: Ids) {
     if (row < p.n) {
         let base = row * p.k;
         for (var wd = ids.lidx; wd < p.k / 4u; wd = wd + WG) {
-            var packed = 0u;
-            for (var b = 0u; b < 4u; b = b + 1u) {
-                let q = quantize1(x[base + 4u * wd + b], s, s_bits);
-                packed = packed | ((bitcast<u32>(q) & 0xffu) << (8u * b));
-            }
-            acts[row * (p.k / 4u) + wd] = packed;
+            let e = base + 4u * wd;
+            acts[row * (p.k / 4u) + wd] = pack4xI8(quantize4(vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]), s_bits));
         }
         if (ids.lidx == 0u) {
             act_scales[row] = s;

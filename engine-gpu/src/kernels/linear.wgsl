@@ -268,9 +268,7 @@ fn quantize_blocks(@builtin(local_invocation_index) lidx: u32, @builtin(workgrou
     atomicMax(&block_max[local_block], max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w))));
     workgroupBarrier();
     let s_bits = act_scale_bits(atomicLoad(&block_max[local_block]));
-    let s = bitcast<f32>(s_bits);
-    let q = vec4<i32>(quantize1(v.x, s, s_bits), quantize1(v.y, s, s_bits), quantize1(v.z, s, s_bits),
-                      quantize1(v.w, s, s_bits));
+    let q = quantize4(v, s_bits);
     if (row < p.n) {
         for (var c = 0u; c < SLOTS; c = c + 1u) {
             if (WRITE_XHAT == 1u && j + c < p.k) {

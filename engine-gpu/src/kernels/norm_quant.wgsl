@@ -61,17 +61,15 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
     let s_bits = act_scale_bits(reduce_max_u32(mx, ids));
     let s = bitcast<f32>(s_bits);
     for (var wd = ids.lidx; wd < p.cols / 4u; wd = wd + WG) {
-        var packed = 0u;
+        var h: vec4<f32>;
         for (var b = 0u; b < 4u; b = b + 1u) {
             let e = 4u * wd + b;
-            let h = load(inplace, base + e) * inv * weight[e];
+            h[b] = load(inplace, base + e) * inv * weight[e];
             if (WRITE_OUT == 1u) {
-                out[base + e] = h;
+                out[base + e] = h[b];
             }
-            let q = quantize1(h, s, s_bits);
-            packed = packed | ((bitcast<u32>(q) & 0xffu) << (8u * b));
         }
-        acts[row * (p.cols / 4u) + wd] = packed;
+        acts[row * (p.cols / 4u) + wd] = pack4xI8(quantize4(h, s_bits));
     }
     if (ids.lidx == 0u) {
         act_scales[row] = s;
@@ -113,19 +111,21 @@ fn block_scales(lidx: u32) {
 fn store_rounded_word(row: u32, base: u32, wd: u32, inplace: bool, inv: f32) {
     let blk = wd / BLOCK_WORDS;
     let s_bits = block_scale[blk];
-    let s = bitcast<f32>(s_bits);
-    var q = vec4<i32>(0);
+    // The word's normed values (0 past the row: code 0).
+    var h = vec4<f32>(0.0);
     for (var b = 0u; b < 4u; b = b + 1u) {
         let e = 4u * wd + b;
         if (e < p.cols) {
-            let h = load(inplace, base + e) * inv * weight[e];
+            h[b] = load(inplace, base + e) * inv * weight[e];
             if (WRITE_OUT == 1u) {
-                out[base + e] = h;
+                out[base + e] = h[b];
             }
-            q[b] = quantize1(h, s, s_bits);
-            if (WRITE_XHAT == 1u) {
-                xq[base + e] = bitcast<u32>(dequantize1(q[b], s_bits));
-            }
+        }
+    }
+    let q = quantize4(h, s_bits);
+    for (var b = 0u; b < 4u; b = b + 1u) {
+        if (WRITE_XHAT == 1u && 4u * wd + b < p.cols) {
+            xq[base + 4u * wd + b] = bitcast<u32>(dequantize1(q[b], s_bits));
         }
     }
     xq[int8_code_word(p.rows, p.cols, row, blk, wd % BLOCK_WORDS)] = pack4xI8(q);
