@@ -2,9 +2,10 @@
 //! positions. A workgroup takes one query row and up to [`MAX_HEADS`] query heads of one kv
 //! head, so that the heads of a group share each key and value row it loads. When there
 //! are too few such workgroups to fill the GPU (decode), each row's positions are split
-//! into [`splits`] chunks and a second dispatch merges the chunks' partial results from the
-//! program's scratch buffer; with one chunk (prefill) the first dispatch writes the output
-//! itself.
+//! into up to [`splits`] chunks (sized for the whole cache; the kernel gives each chunk at
+//! least a [`TILE`] of the row's positions, so early in a long context fewer chunks have
+//! work) and a second dispatch merges the chunks' partial results from the program's scratch
+//! buffer; with one chunk (prefill) the first dispatch writes the output itself.
 //!
 //! Bytes per call, for `n` query rows at positions `p_r = pos + r`, `n_kv` kv heads of
 //! `head_dim` (`hd`), `c` workgroups per (row, kv head) (`ceil(group / MAX_HEADS)`), `S`
@@ -12,9 +13,11 @@
 //! keys and as many of values: `8·hd·n_kv·c·Σ_r (p_r + 1)` in all, of which the distinct
 //! bytes are `8·(pos + n)·n_kv·hd` (later rows re-read the same cache rows, from cache
 //! memory on a GPU); writes `4·n·n_head·hd`. With `S > 1`, also writes and reads back
-//! `4·n·n_head·S·(hd + 2)` of partial results. Decode on the 2B model at position 4095 (20
-//! heads, 5 kv heads, `hd = 128`): 20 MiB of cache read once per call, 64 splits, 666 KB of
-//! partials written and read.
+//! `4·n_head·(hd + 2)·Σ_r S_r` of partial results, `S_r` the splits holding positions
+//! (`S` from [`TILE`]`·S` positions on, fewer before). Decode on the 2B model at position
+//! 4095 (20 heads, 5 kv heads, `hd = 128`): 20 MiB of cache read once per call, 64 splits,
+//! 666 KB of partials written and read; at position 100 of the same 4096-row cache, 4 splits
+//! and 42 KB.
 
 use purebee_isa::ops::{Attention, LINEAR_ACT_BLOCK};
 
@@ -38,7 +41,7 @@ const WORKGROUP_BYTES: usize = 16384;
 /// Split the positions until about this many workgroups run (enough to fill a large GPU).
 const TARGET_WORKGROUPS: usize = 512;
 
-/// At most this many splits (the merge reads every split's slot). attention.wgsl's
+/// At most this many splits (the merge reads every working split's slot). attention.wgsl's
 /// `MAX_SPLITS` sizes `combine`'s per-split arrays, one invocation per split (its WG is 128).
 const MAX_SPLITS: usize = 64;
 
@@ -201,8 +204,12 @@ pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>
     let scratch = (n * n_head * s) as u64 * (hd as u64 + 2) * 4;
     let mut storage = inputs.to_vec();
     storage.extend([(4, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (5, Storage::RunParams)]);
-    let mut merge_storage =
-        vec![(6, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (7, Storage::Tensor(a.out, 0))];
+    // The merge reads the position too: only the splits holding positions wrote their slots.
+    let mut merge_storage = vec![
+        (5, Storage::RunParams),
+        (6, Storage::Scratch(ScratchKey::AttentionPartials, scratch)),
+        (7, Storage::Tensor(a.out, 0)),
+    ];
     let mut merge_key = key("combine", 0);
     if let Some(xhat) = rounding {
         if hd % LINEAR_ACT_BLOCK != 0 {

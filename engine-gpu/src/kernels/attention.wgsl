@@ -4,7 +4,9 @@
 //
 // `partial`: one workgroup per (query row r, kv head, chunk of up to HEADS of its query
 // heads, split s). Row r attends to positions 0 ..= p, p = pos + r; split s takes the s-th
-// of `splits` equal chunks of them. The workgroup's query heads share every key and value
+// chunk of them, chunks of ceil((p + 1) / splits) positions but at least a TILE (so at short
+// positions fewer splits have work: the rest return at once and `combine` reads only the
+// splits that have). The workgroup's query heads share every key and value
 // row it loads (a kv head's group reads the cache once, not once per query head). Per tile:
 //   1. scores: LANES threads per position, each summing q·k over the dimensions
 //      lane, lane + LANES, ... (the key row read straight from memory, eight loads issued
@@ -122,6 +124,19 @@ fn positions(r: u32) -> u32 {
     return pos + r + 1u;
 }
 
+// Positions per split of a row attending to `len` positions: an equal share, but at least a
+// tile. `splits` is sized for the whole cache at compile time; early in a long context an
+// equal share would give every split a few positions and `combine` as many slots to merge.
+fn split_chunk(len: u32) -> u32 {
+    return max((len + p.splits - 1u) / p.splits, TILE);
+}
+
+// The splits of such a row that hold positions: the first ceil(len / chunk).
+fn active_splits(len: u32) -> u32 {
+    let chunk = split_chunk(len);
+    return (len + chunk - 1u) / chunk;
+}
+
 // Dimension d of the key row at `row`, or 0 past the head (d ≥ HD). The load is
 // unconditional (dimension 0 stands in) so that a caller's eight are issued together.
 fn key(row: u32, d: u32) -> f32 {
@@ -150,8 +165,12 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     let heads = min(HEADS, p.group - chunk_of_group * HEADS);
     let kv_off = kv_head * HD;
     let len = positions(r);
-    let chunk = (len + p.splits - 1u) / p.splits;
-    let start = min(s * chunk, len);
+    if (s >= active_splits(len)) {
+        // No positions: `combine` does not read this split's slot. (Uniform per workgroup.)
+        return;
+    }
+    let chunk = split_chunk(len);
+    let start = s * chunk;
     let end = min(start + chunk, len);
 
     for (var e = lid.x; e < HEADS * HD; e += WG) {
@@ -305,8 +324,6 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
             let slot = ((r * p.n_head + h0 + h) * p.splits + s) * p.slot;
             acc[slot + 2u + d] = o;
             if (d == 0u) {
-                // An empty split (start == end) records m = LOWEST, l = 0; `combine`
-                // skips it.
                 acc[slot] = m_run[h];
                 acc[slot + 1u] = l_run[h];
             }
@@ -318,27 +335,29 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
 // invocation d, d + WG, ...: written to `out`, and kept in `merged` for combine_rounded.
 fn combine_head(g: u32, lid: u32) {
     let first_slot = g * p.splits * p.slot;
+    // Only the splits that hold positions wrote their slots.
+    let splits = active_splits(positions(g / p.n_head));
     // Each split's (m, l), loaded by its own invocation: one memory round trip, not one per
     // split (a loop over the splits in every invocation took 11–18 µs a call on an H100).
-    if (lid < p.splits) {
+    if (lid < splits) {
         let at = first_slot + lid * p.slot;
         split_m[lid] = parts[at];
         split_l[lid] = parts[at + 1u];
     }
     workgroupBarrier();
     var m = LOWEST;
-    for (var s = 0u; s < p.splits; s++) {
+    for (var s = 0u; s < splits; s++) {
         if (split_l[s] > 0.0) {
             m = max(m, split_m[s]);
         }
     }
-    // e^(m_s − M), once per split (unused for an empty split, which is skipped below).
-    if (lid < p.splits) {
+    // e^(m_s − M), once per split (unused for a split whose l is not positive, skipped below).
+    if (lid < splits) {
         split_w[lid] = exp(split_m[lid] - m);
     }
     workgroupBarrier();
     var l = 0.0;
-    for (var s = 0u; s < p.splits; s++) {
+    for (var s = 0u; s < splits; s++) {
         if (split_l[s] > 0.0) {
             l += split_l[s] * split_w[s];
         }
@@ -349,7 +368,7 @@ fn combine_head(g: u32, lid: u32) {
         let first = first_slot + 2u + d;
         var o = 0.0;
         var s = 0u;
-        for (; s + 4u <= p.splits; s += 4u) {
+        for (; s + 4u <= splits; s += 4u) {
             let o4 = vec4<f32>(parts[first + s * p.slot], parts[first + (s + 1u) * p.slot],
                                parts[first + (s + 2u) * p.slot], parts[first + (s + 3u) * p.slot]);
             for (var i = 0u; i < 4u; i++) {
@@ -358,7 +377,7 @@ fn combine_head(g: u32, lid: u32) {
                 }
             }
         }
-        for (; s < p.splits; s++) {
+        for (; s < splits; s++) {
             if (split_l[s] > 0.0) {
                 o += parts[first + s * p.slot] * split_w[s];
             }
