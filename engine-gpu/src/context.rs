@@ -1,8 +1,13 @@
 //! The device: adapter choice, its real limits, optional features, and error capture.
 
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::GpuError;
+
+/// How long [`GpuContext::wait_mapped`] polls for a mapping's callback.
+const MAP_WAIT: Duration = Duration::from_secs(60);
 
 /// The variables with which a user configures Mesa's Vulkan device selection.
 const DEVICE_SELECT_VARS: [&str; 4] =
@@ -199,5 +204,35 @@ impl GpuContext {
     pub(crate) fn wait(&self) -> Result<(), GpuError> {
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Wgpu(e.to_string()))?;
         self.check()
+    }
+
+    /// After a wait for the submission that a `map_async` follows, its callback's result
+    /// (`what` names the buffer in errors). The callback normally ran in that wait; if not,
+    /// the device is polled (without blocking) until it runs, and after [`MAP_WAIT`] it is a
+    /// typed error rather than a hang (a blocking `recv` would wait forever).
+    pub(crate) fn wait_mapped(
+        &self,
+        mapped: &Receiver<Result<(), wgpu::BufferAsyncError>>,
+        what: &str,
+    ) -> Result<(), GpuError> {
+        let start = Instant::now();
+        loop {
+            match mapped.try_recv() {
+                Ok(r) => return r.map_err(|e| GpuError::Wgpu(format!("mapping {what} for reading: {e}"))),
+                Err(TryRecvError::Disconnected) => {
+                    return Err(GpuError::Wgpu(format!("mapping {what} for reading: the callback was dropped")))
+                }
+                Err(TryRecvError::Empty) if start.elapsed() > MAP_WAIT => {
+                    return Err(GpuError::Wgpu(format!(
+                        "mapping {what} for reading: not done {} s after its commands finished",
+                        MAP_WAIT.as_secs()
+                    )))
+                }
+                Err(TryRecvError::Empty) => {
+                    self.device.poll(wgpu::PollType::Poll).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
     }
 }

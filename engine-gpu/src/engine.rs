@@ -171,9 +171,7 @@ impl GpuEngine {
             let _ = tx.send(r);
         });
         self.ctx.wait()?;
-        rx.recv()
-            .map_err(|e| GpuError::Wgpu(e.to_string()))?
-            .map_err(|e| GpuError::Wgpu(format!("mapping '{what}' for reading: {e}")))?;
+        self.ctx.wait_mapped(&rx, &format!("'{what}'"))?;
         let out = {
             let view = staging.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
             view.to_vec()
@@ -500,10 +498,7 @@ impl Engine for GpuEngine {
         let wait = wgpu::PollType::Wait { submission_index: Some(read.submission), timeout: None };
         self.ctx.device.poll(wait).map_err(|e| GpuError::Wgpu(e.to_string()))?;
         self.ctx.check()?;
-        read.mapped
-            .recv()
-            .map_err(|e| GpuError::Wgpu(e.to_string()))?
-            .map_err(|e| GpuError::Wgpu(format!("mapping a read for the host: {e}")))?;
+        self.ctx.wait_mapped(&read.mapped, "a read for the host")?;
         let mut bytes = {
             let view = read.staging.get_mapped_range(..read.copied).map_err(|e| GpuError::Wgpu(e.to_string()))?;
             view.to_vec()

@@ -165,9 +165,7 @@ impl Profiler {
             let _ = tx.send(r);
         });
         ctx.wait()?;
-        rx.recv()
-            .map_err(|e| GpuError::Wgpu(e.to_string()))?
-            .map_err(|e| GpuError::Wgpu(format!("mapping the profile's timestamps: {e}")))?;
+        ctx.wait_mapped(&rx, "the profile's timestamps")?;
         let ticks = {
             let view = readback.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
             view.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
