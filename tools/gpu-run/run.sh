@@ -163,6 +163,15 @@ if [ -d $P/ab ]; then
     done
   done
   python3 $H/summ.py "$O/ab.txt"
+  # Agreement: each binary's greedy text on the same files (bench checks no output). A change
+  # that only reorders work (barriers) must give main's bytes; a kernel change that rounds
+  # differently may change a token of these random-weight models, which then says where.
+  for m in tq2_0 smol; do
+    for nb in "${BINS[@]}"; do
+      t=$(${nb#*:} run $M/$m.gguf --engine gpu --tokens 1,2,3 -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum | cut -c1-12)
+      echo "agree $m ${nb%%:*} $t" | tee -a "$O/ab_agree.txt"
+    done
+  done
   for nb in "${BINS[@]}"; do
     for m in tq2_0 smol; do
       log ab profile ${nb%%:*} $m
