@@ -923,6 +923,38 @@ fn norm_quantization_matches_the_reference() {
 
 /// Every pattern the pass matches is fused: the dispatches of two BitNet layers at one
 /// token, fused vs unfused (`dispatched_kernels`).
+/// Rows long enough that the one-token products' invocations hold several code words each
+/// (layer_case's rows are at most 64 words, one per invocation of 64): d of 1152 or 1280
+/// (72 or 80 words), ff of 4352 (272 words, more than one batch of four per invocation).
+#[test]
+fn bitnet_layers_with_long_rows_fused_equal_unfused_bit_for_bit() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for (i, dtype) in FORMATS.into_iter().enumerate() {
+        let d = if dtype == DType::I2_S { 1152 } else { 1280 };
+        let c = Layer {
+            dtype,
+            n: 1,
+            d,
+            ff: 4352,
+            head_dim: 64,
+            kv_heads: d / 128,
+            pos: 3,
+            runtime_pos: i % 2 == 0,
+            scales: i % 2 == 1,
+            relu2: true,
+            seed: 40 + i as u64,
+        };
+        let inputs = c.inputs();
+        let params = if c.runtime_pos { vec![ParamValue::U32(c.pos)] } else { vec![] };
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused(false, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
+        assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
+        assert_bits(&fused, &unfused, &format!("{c:?}")).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
 #[test]
 fn bitnet_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
