@@ -924,15 +924,16 @@ fn norm_quantization_matches_the_reference() {
 /// Every pattern the pass matches is fused: the dispatches of two BitNet layers at one
 /// token, fused vs unfused (`dispatched_kernels`).
 /// Rows long enough that the one-token products' invocations hold several code words each
-/// (layer_case's rows are at most 64 words, one per invocation of 64): d of 1152 or 1280
-/// (72 or 80 words), ff of 4352 (272 words, more than one batch of four per invocation).
+/// (layer_case's rows are at most 64 words, one per invocation of 64): d of 3328 (208 words:
+/// up to four per invocation of q, k, v, gate and up) and ff of 4352 (272 words: up to
+/// five per invocation of down).
 #[test]
 fn bitnet_layers_with_long_rows_fused_equal_unfused_bit_for_bit() {
     if gpu_tests_skipped() {
         return;
     }
     for (i, dtype) in FORMATS.into_iter().enumerate() {
-        let d = if dtype == DType::I2_S { 1152 } else { 1280 };
+        let d = 3328;
         let c = Layer {
             dtype,
             n: 1,
