@@ -163,12 +163,14 @@ fn check_argmax<E: Engine>(pair: &mut Pair<E>, rows: usize, cols: usize, x: &[f3
     Ok(())
 }
 
-/// Row lengths: short ones, the workgroup-size boundaries, and longer odd ones.
+/// Row lengths: short ones, the workgroup-size boundaries, longer odd ones, and rows past
+/// 4096 (the 2B's 6912), which an invocation of 256 goes through in more than one step.
 fn cols() -> impl Strategy<Value = usize> {
     prop_oneof![
         2 => 1usize..=80,
         2 => prop::sample::select(vec![63usize, 64, 65, 127, 128, 129, 255, 256, 257, 1023, 1024, 1025, 2560]),
         3 => 81usize..=3000,
+        1 => 4097usize..=9000,
     ]
 }
 
