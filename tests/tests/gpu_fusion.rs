@@ -921,8 +921,6 @@ fn norm_quantization_matches_the_reference() {
     }
 }
 
-/// Every pattern the pass matches is fused: the dispatches of two BitNet layers at one
-/// token, fused vs unfused (`dispatched_kernels`).
 /// Rows long enough that the one-token products' invocations hold several code words each
 /// (layer_case's rows are at most 64 words, one per invocation of 64): d of 3328 (208 words:
 /// up to four per invocation of q, k, v, gate and up) and ff of 4352 (272 words: up to
@@ -956,6 +954,8 @@ fn bitnet_layers_with_long_rows_fused_equal_unfused_bit_for_bit() {
     }
 }
 
+/// Every pattern the pass matches is fused: the dispatches of two BitNet layers at one
+/// token, fused vs unfused (`dispatched_kernels`).
 #[test]
 fn bitnet_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {

@@ -335,11 +335,13 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
 // invocation d, d + WG, ...: written to `out`, and kept in `merged` for combine_rounded.
 fn combine_head(g: u32, lid: u32) {
     let first_slot = g * p.splits * p.slot;
-    // Only the splits that hold positions wrote their slots.
+    // Only the splits that hold positions wrote their slots: the first `splits`.
     let splits = active_splits(positions(g / p.n_head));
     // Each split's (m, l), loaded by its own invocation: one memory round trip, not one per
     // split (a loop over the splits in every invocation took 11–18 µs a call on an H100).
-    if (lid < splits) {
+    // Every slot is loaded, so that these loads need not wait for the position's; those past
+    // `splits` hold an earlier run's values and are not read below.
+    if (lid < p.splits) {
         let at = first_slot + lid * p.slot;
         split_m[lid] = parts[at];
         split_l[lid] = parts[at + 1u];
