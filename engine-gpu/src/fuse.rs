@@ -456,20 +456,26 @@ pub(crate) fn record_linear(
 
 /// The LINEAR group starting at instruction `i`, if one does and fuses anything.
 fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
-    let (norm, attention, first) = match instructions.get(i)? {
+    // The instruction at i that rounds x for the products, if it is not the first product.
+    enum Before<'a> {
+        Norm(&'a RmsNorm),
+        Attention,
+    }
+    let before = match instructions.get(i)? {
         Instruction::RmsNorm(n) => match instructions.get(i + 1) {
-            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => (Some(n), false, i + 1),
+            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => Some(Before::Norm(n)),
             _ => return None,
         },
         Instruction::Attention(a) => match instructions.get(i + 1) {
             Some(Instruction::Linear(l)) if l.x == a.out && attention_rounding_fusable(ctx, a, l) => {
-                (None, true, i + 1)
+                Some(Before::Attention)
             }
             _ => return None,
         },
-        Instruction::Linear(_) => (None, false, i),
+        Instruction::Linear(_) => None,
         _ => return None,
     };
+    let first = if before.is_some() { i + 1 } else { i };
     let Some(Instruction::Linear(l0)) = instructions.get(first) else { return None };
     let mut linears = vec![first];
     let mut j = first + 1;
@@ -484,7 +490,7 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let Some(Instruction::Linear(ll)) = instructions.get(last) else { return None };
     let product = Product::of_linear(ll);
     let mut tail = tail_of(ctx, limits, instructions, last, &product);
-    if norm.is_some() && linears.len() == 1 && tail.is_none() {
+    if matches!(before, Some(Before::Norm(_))) && linears.len() == 1 && tail.is_none() {
         // The final norm before the LM head and ARGMAX: the head keeps its ARGMAX pass.
         if let (Some(write_out), Some(Instruction::Argmax(a))) =
             (head_argmax_at(ctx, instructions, first), instructions.get(first + 1))
@@ -493,12 +499,12 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
         }
     }
     let int8 = l0.activations == LinearActivations::Int8Blocks;
-    let rounder = match norm {
-        Some(n) => {
-            Some(Rounder::Norm(NormPart { index: i, write_out: !write_is_dead(instructions, i, n.out, &linears) }))
+    let rounder = before.map(|b| match b {
+        Before::Norm(n) => {
+            Rounder::Norm(NormPart { index: i, write_out: !write_is_dead(instructions, i, n.out, &linears) })
         }
-        None => attention.then_some(Rounder::Attention(i)),
-    };
+        Before::Attention => Rounder::Attention(i),
+    });
     let merged = linears_mergeable(ctx, limits, instructions, &linears, tail);
     let rope = if merged && tail.is_none() {
         let ls = all_of(instructions, &linears, |i| match i {
