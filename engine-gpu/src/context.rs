@@ -51,11 +51,16 @@ pub struct GpuOptions {
     /// matches. `false` compiles every instruction to its own kernels (as does the
     /// environment variable `PUREBEE_GPU_NO_FUSE=1`); tests compare the two.
     pub fuse: bool,
+    /// Choose kernels as for a GPU even on a CPU adapter (`Capabilities::cpu` false): tests
+    /// run the forms only a GPU takes (`gemv` on short rows, the products that round their
+    /// own x) on lavapipe. The environment variable `PUREBEE_GPU_KERNELS_AS_GPU=1` does the
+    /// same (to count a GPU's dispatches with `bench` on lavapipe).
+    pub gpu_kernels: bool,
 }
 
 impl Default for GpuOptions {
     fn default() -> GpuOptions {
-        GpuOptions { allow_cpu_adapter: true, use_subgroups: true, max_binding: None, fuse: true }
+        GpuOptions { allow_cpu_adapter: true, use_subgroups: true, max_binding: None, fuse: true, gpu_kernels: false }
     }
 }
 
@@ -74,7 +79,7 @@ pub struct Capabilities {
     /// rounds every WGSL float operation as written, where a GPU driver may contract
     /// `a · b + c` into one fused multiply-add (SPIR-V allows it wherever `NoContraction` is
     /// absent, and naga never sets it) and decide differently in two shaders doing the same
-    /// arithmetic.
+    /// arithmetic. False on a CPU adapter under `GpuOptions::gpu_kernels`.
     pub cpu: bool,
 }
 
@@ -157,11 +162,12 @@ impl GpuContext {
                 v.push(format!("device lost ({reason:?}): {message}"));
             }
         });
+        let gpu_kernels = options.gpu_kernels || std::env::var("PUREBEE_GPU_KERNELS_AS_GPU").is_ok_and(|v| v == "1");
         let caps = Capabilities {
             subgroups,
             min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 },
             timestamps,
-            cpu: info.device_type == wgpu::DeviceType::Cpu,
+            cpu: info.device_type == wgpu::DeviceType::Cpu && !gpu_kernels,
         };
         let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
         Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, fuse, errors })

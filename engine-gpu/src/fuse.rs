@@ -61,7 +61,11 @@ pub(crate) enum Pattern {
     /// BITLINEAR's `k` is a multiple of 128). Likewise before LINEARs with int8-block
     /// activations (`norm_quant_blocks`, bit-identical to RMS_NORM then `quantize_blocks`;
     /// rows of the LINEAR's `k`, at most `norm_quant::MAX_BLOCK_ROW` long), the final norm
-    /// before an LM head and its ARGMAX included.
+    /// before an LM head and its ARGMAX included. On a GPU, when `h`'s write is dead and
+    /// the products are one-token INT8 ones of short rows (`linear::rounds_in_product`),
+    /// the norm has no dispatch at all: each product workgroup computes the norm's scale
+    /// with RMS_NORM's own code and rounds the normed blocks it multiplies (`ROUND = 2`),
+    /// bit-identical again.
     NormQuantization,
     /// BITLINEAR(p, ·) immediately followed by TENSOR_ADD(o, r, p) or TENSOR_ADD(o, p, r),
     /// `r ≠ p`, `o ≠ p`: the add as the epilogue of the product kernel
@@ -412,44 +416,62 @@ pub(crate) fn record_linear(
     };
     let mut calls = Vec::new();
     let mut xhat = false;
-    for &i in &g.linears {
-        xhat |= linear::reads_xhat(ctx, linear_at(i)?);
+    let ls: Vec<&Linear> = g.linears.iter().map(|&i| linear_at(i)).collect::<Result<_, _>>()?;
+    for l in &ls {
+        xhat |= linear::reads_xhat(ctx, l);
     }
-    match g.rounder {
+    // The products round x themselves where that is cheaper than a dispatch (never before
+    // the LM head's ARGMAX: a workgroup per vocabulary row would read x that many times).
+    let head = matches!(g.tail, Some(TailPart { epilogue: Epilogue::Argmax { .. }, .. }));
+    let paired = g.merged && g.tail.is_some();
+    // The group's rounding: the rounder's, the products' own, or the first product's.
+    let rounding = match g.rounder {
         Some(Rounder::Norm(n)) => {
             let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
                 return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
             };
-            calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
+            if !n.write_out && !head && linear::rounds_in_product(ctx, &ls, Some(norm), paired) {
+                linear::Rounding::InProduct { norm: Some(linear::ProductNorm::of(norm)) }
+            } else {
+                calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
+                linear::Rounding::Done
+            }
         }
         Some(Rounder::Attention(i)) => {
             let Some(Instruction::Attention(a)) = instructions.get(i) else {
                 return Err(GpuError::Wgpu(format!("fusion plan: instruction {i} is not an ATTENTION")));
             };
             calls.extend(attention::record_with(ctx, a, Some(xhat))?);
+            linear::Rounding::Done
         }
-        None => {}
-    }
-    // The group's rounding: the rounder's, or the first product's.
-    let rounding = if g.rounder.is_none() { linear::Rounding::Here { xhat } } else { linear::Rounding::Done };
+        None if !head && linear::rounds_in_product(ctx, &ls, None, paired) => {
+            linear::Rounding::InProduct { norm: None }
+        }
+        None => linear::Rounding::Here { xhat },
+    };
     if g.merged {
         match (g.linears.as_slice(), g.tail.map(|t| t.epilogue)) {
-            (&[a, b, c], None) => {
+            (&[_, _, _], None) => {
                 let rope = g.rope.map(|r| rope_epilogue(instructions, &r)).transpose()?;
-                let ls = [linear_at(a)?, linear_at(b)?, linear_at(c)?];
-                calls.extend(linear::multi_product(ctx, ls, rounding, rope.as_ref())?);
+                calls.extend(linear::multi_product(ctx, [ls[0], ls[1], ls[2]], rounding, rope.as_ref())?);
             }
-            (&[a, b], Some(Epilogue::ActMul { op, write_out, .. })) => {
-                calls.extend(linear::gated_product(ctx, (linear_at(a)?, linear_at(b)?), op, rounding, write_out)?);
+            (&[_, _], Some(Epilogue::ActMul { op, write_out, .. })) => {
+                calls.extend(linear::gated_product(ctx, (ls[0], ls[1]), op, rounding, write_out)?);
             }
             _ => return Err(GpuError::Wgpu("fusion plan: a merged group of an unknown shape".to_string())),
         }
         return Ok(calls);
     }
-    for (j, &li) in g.linears.iter().enumerate() {
-        let epilogue = if j + 1 == g.linears.len() { g.tail.map(|a| a.epilogue) } else { None };
-        let rounding = if j == 0 { rounding } else { linear::Rounding::Done };
-        calls.extend(linear::record_with(ctx, linear_at(li)?, rounding, epilogue)?);
+    for (j, l) in ls.iter().enumerate() {
+        let epilogue = if j + 1 == ls.len() { g.tail.map(|a| a.epilogue) } else { None };
+        // The first product's rounding serves the others; products rounding in place each
+        // round their own.
+        let rounding = match rounding {
+            linear::Rounding::InProduct { .. } => rounding,
+            _ if j == 0 => rounding,
+            _ => linear::Rounding::Done,
+        };
+        calls.extend(linear::record_with(ctx, l, rounding, epilogue)?);
     }
     Ok(calls)
 }

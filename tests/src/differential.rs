@@ -96,6 +96,16 @@ pub fn unfused_pair(portable: bool) -> MutexGuard<'static, Pair> {
     )
 }
 
+/// A GPU pair whose engine chooses its kernels as on a GPU even on a CPU adapter
+/// (`GpuOptions { gpu_kernels: true, .. }`: `gemv` on short rows, products that round their
+/// own x), subgroups as [`pair_for`]'s `portable` says, the fusion pass as `fuse` says.
+pub fn gpu_kernels_pair(portable: bool, fuse: bool) -> MutexGuard<'static, Pair> {
+    static PAIRS: [OnceLock<Mutex<Pair>>; 4] = [const { OnceLock::new() }; 4];
+    lock(PAIRS[2 * usize::from(portable) + usize::from(fuse)].get_or_init(|| {
+        new_pair(GpuOptions { gpu_kernels: true, fuse, use_subgroups: !portable, ..GpuOptions::default() })
+    }))
+}
+
 /// [`pair`] when `portable` is false, [`portable_pair`] when it is true.
 pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
     if portable {

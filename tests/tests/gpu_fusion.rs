@@ -61,7 +61,8 @@ use purebee_isa::{DType, IsaError, ParamValue, ProgramBuilder, TensorId, U32Arg}
 use purebee_memory::quant::{encode::encode_q8_0_row, QuantMatrix};
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{
-    assert_close, f32s, gpu_tests_skipped, pair_for, u32s, unfused_pair, windowed_pair, windowed_unfused_pair, Outputs,
+    assert_close, f32s, gpu_kernels_pair, gpu_tests_skipped, pair_for, u32s, unfused_pair, windowed_pair,
+    windowed_unfused_pair, Outputs,
 };
 use purebee_tests::rng::SplitMix64;
 
@@ -270,10 +271,38 @@ fn fused_and_unfused(
     params: &[ParamValue],
     build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
 ) -> (Outputs, Outputs, Outputs, Vec<String>, Vec<String>) {
+    fused_and_unfused_on(Kernels { portable, gpu: false }, inputs, params, build)
+}
+
+/// Which kernels an engine pair chooses: portable reductions or subgroup ones, and (`gpu`)
+/// those a GPU takes even on a CPU adapter (`GpuOptions::gpu_kernels`).
+#[derive(Clone, Copy, Debug)]
+struct Kernels {
+    portable: bool,
+    gpu: bool,
+}
+
+/// [`fused_and_unfused`] on the pairs that choose `kernels`.
+#[allow(clippy::type_complexity)]
+fn fused_and_unfused_on(
+    kernels: Kernels,
+    inputs: &[(String, HostTensor)],
+    params: &[ParamValue],
+    build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
+) -> (Outputs, Outputs, Outputs, Vec<String>, Vec<String>) {
     let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
-    let kernels = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
-    let (fused, reference, fk) = pair_for(portable).run_inspect(&inputs, params, build, kernels);
-    let (unfused, _, uk) = unfused_pair(portable).run_inspect(&inputs, params, build, kernels);
+    let list = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
+    let Kernels { portable, gpu } = kernels;
+    let (fused, reference, fk) = if gpu {
+        gpu_kernels_pair(portable, true).run_inspect(&inputs, params, build, list)
+    } else {
+        pair_for(portable).run_inspect(&inputs, params, build, list)
+    };
+    let (unfused, _, uk) = if gpu {
+        gpu_kernels_pair(portable, false).run_inspect(&inputs, params, build, list)
+    } else {
+        unfused_pair(portable).run_inspect(&inputs, params, build, list)
+    };
     (fused, unfused, reference, fk, uk)
 }
 
@@ -534,15 +563,16 @@ proptest! {
     /// Llama-style layers, the final norm, the LM head and ARGMAX, fused and unfused: the
     /// same bits, and fewer dispatches.
     #[test]
-    fn llama_layers_fused_equal_unfused_bit_for_bit(c in llama_case(), portable in any::<bool>()) {
+    fn llama_layers_fused_equal_unfused_bit_for_bit(c in llama_case(), portable in any::<bool>(), gpu in any::<bool>()) {
         if gpu_tests_skipped() {
             return Ok(());
         }
         let inputs = c.inputs();
+        let kernels = Kernels { portable, gpu };
         let (fused, unfused, _, fk, uk) =
-            fused_and_unfused(portable, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+            fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
         prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
-        assert_bits(&fused, &unfused, &format!("{c:?} portable={portable}"))?;
+        assert_bits(&fused, &unfused, &format!("{c:?} {kernels:?}"))?;
     }
 }
 
@@ -550,7 +580,9 @@ proptest! {
 /// norm, the head and ARGMAX at one token, fused vs unfused (`dispatched_kernels`), with
 /// int8-block activations (Q8_0) and f32 ones (F16), at position 1 (one tile of cache:
 /// ATTENTION in one dispatch) and 70 (three tiles: its positions split, and merged by
-/// `combine`, or by `combine_rounded` with int8 blocks).
+/// `combine`, or by `combine_rounded` with int8 blocks), with the kernels of the adapter and
+/// with a GPU's (whose one-token INT8 products round their own x, after the norm, so that
+/// no norm or rounding dispatch is left in the layer).
 #[test]
 fn llama_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
@@ -558,35 +590,53 @@ fn llama_layer_dispatches_are_fused() {
     }
     let q8_blocks = (DType::Q8_0, LinearActivations::Int8Blocks);
     let f16_f32 = (DType::F16, LinearActivations::F32);
-    for ((dtype, acts), pos) in [(q8_blocks, 1), (f16_f32, 1), (q8_blocks, 70), (f16_f32, 70)] {
+    let cases = [(q8_blocks, 1), (f16_f32, 1), (q8_blocks, 70), (f16_f32, 70)];
+    for (((dtype, acts), pos), gpu) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
         let c = LlamaLayer { dtype, acts, n: 1, d: 128, ff: 192, vocab: 300, head_dim: 32, kv_heads: 2, pos, seed: 9 };
         let inputs = c.inputs();
-        let (fused, unfused, _, fk, uk) = fused_and_unfused(false, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        let kernels = Kernels { portable: false, gpu };
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
         assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
-        eprintln!("{dtype} {acts:?}:\n unfused: {uk:?}\n fused: {fk:?}");
+        eprintln!("{dtype} {acts:?} {kernels:?}:\n unfused: {uk:?}\n fused: {fk:?}");
         let int8 = acts == LinearActivations::Int8Blocks;
+        // A GPU's one-token INT8 products round their own x (after the norm) where a CPU
+        // adapter's take a rounding dispatch (linear.rs: rounds_in_product).
+        let gpu_kernels = gpu || !cpu_adapter();
+        let in_product = int8 && gpu_kernels;
         // The head: the final norm (with the int8-block rounding), the product with the
         // ARGMAX's first pass, its second pass. Unfused: the norm, (the rounding,) the
         // product, the ARGMAX.
         let (fk_layers, fk_head) = fk.split_at(fk.len() - 3);
-        let (uk_layers, _) = uk.split_at(uk.len() - 3 - usize::from(int8));
+        let (uk_layers, _) = uk.split_at(uk.len() - 3 - usize::from(int8 && !in_product));
         let norm_entry = if int8 { ":norm_quant_blocks" } else { ":rms_norm" };
         assert!(fk_head[0].ends_with(norm_entry), "{fk_head:?}");
         // Short rows take `gemv_rows` on a CPU adapter, `gemv` on a GPU (linear.rs).
-        let rows = |entry: &str| if cpu_adapter() { entry.replace(":gemv", ":gemv_rows") } else { entry.to_string() };
+        let rows = |entry: &str| if gpu_kernels { entry.to_string() } else { entry.replace(":gemv", ":gemv_rows") };
         assert!(
             fk_head[1].starts_with("linear_argmax.wgsl") && fk_head[1].ends_with(&rows(":gemv_argmax")),
             "{fk_head:?}"
         );
         assert!(fk_head[2].ends_with(":argmax_partials"), "{fk_head:?}");
-        let per_layer: Vec<&str> = fk_layers[..fk_layers.len() / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
-        assert_eq!(fk_layers[..per_layer.len()], fk_layers[per_layer.len()..], "both layers alike");
+        // With the products normalizing their x, the second layer's second norm keeps its own
+        // dispatch: its write of h is the program's last one (the host may read it).
+        let kept_norm = usize::from(in_product);
+        let per_layer: Vec<&str> =
+            fk_layers[..(fk_layers.len() - kept_norm) / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
+        let mut second: Vec<&str> = fk_layers[per_layer.len()..].iter().map(|s| s.as_str()).collect();
+        if in_product {
+            let at = second.iter().position(|s| s.ends_with(":norm_quant_blocks"));
+            assert_eq!(at.map(|i| second[i + 1].ends_with(":gemv_gated")), Some(true), "{second:?}");
+            second.retain(|s| !s.ends_with(":norm_quant_blocks"));
+        }
+        assert_eq!(per_layer, second, "both layers alike");
         let count = |k: &str| per_layer.iter().filter(|s| s.ends_with(k)).count();
         // Both norms round for the products after them; down rounds its own x, and so does
-        // o unless the attention's merge rounds it.
+        // o unless the attention's merge rounds it (or, on a GPU, the products round it).
         let split = pos > 32;
-        assert_eq!(count(":norm_quant_blocks"), if int8 { 2 } else { 0 }, "{per_layer:?}");
-        assert_eq!(count(":quantize_blocks"), if int8 { 2 - usize::from(split) } else { 0 }, "{per_layer:?}");
+        assert_eq!(count(":norm_quant_blocks"), if int8 && !in_product { 2 } else { 0 }, "{per_layer:?}");
+        let rounding_dispatches = if in_product { 0 } else { 2 - usize::from(split) };
+        assert_eq!(count(":quantize_blocks"), if int8 { rounding_dispatches } else { 0 }, "{per_layer:?}");
         assert_eq!(count(":combine_rounded"), usize::from(int8 && split), "{per_layer:?}");
         assert_eq!(count(":combine"), usize::from(!int8 && split), "{per_layer:?}");
         // q, k, v with ROPE and KV_WRITE in one dispatch; gate, up, the activation and the
@@ -600,10 +650,16 @@ fn llama_layer_dispatches_are_fused() {
         // Unfused: norm, 7 × (rounding +) product, 2 ROPE, 2 KV_WRITE, attention, 2 adds,
         // norm, SILU, ELEMENT_MUL. Fused: norm (+ rounding), q/k/v + ROPE + KV_WRITE,
         // attention (+ the rounding, when its merge runs), (rounding +) o, norm (+ rounding),
-        // gate/up, (rounding +) down.
+        // gate/up, (rounding +) down; with a GPU's INT8 products, none of the norms and
+        // roundings outside the attention.
         let attention = per_layer.iter().filter(|s| s.contains("attention.wgsl")).count();
         assert_eq!(attention, 1 + usize::from(split), "{per_layer:?}");
-        let (unfused_want, fused_want) = if int8 { (24, 8 - usize::from(split)) } else { (17, 6) };
+        let (unfused_want, fused_want) = match (int8, in_product) {
+            // Seven LINEARs rounding their own x; four products.
+            (true, true) => (17, 4),
+            (true, false) => (24, 8 - usize::from(split)),
+            (false, _) => (17, 6),
+        };
         assert_eq!(
             (uk_layers.len() / LLAMA_LAYERS, per_layer.len()),
             (unfused_want + attention, fused_want + attention),

@@ -13,7 +13,8 @@
 # tests unless TESTS=1 (the suite then runs first, beside the models' making).
 # (With ab/ binaries in the pack, the full run ends with the same A/B.) AB_LLAMA=1 adds
 # llama.cpp's llama-bench on the 2B and SmolLM2 to each A/B round (ab_llama.txt); AB_CTX=N
-# gives our binaries an N-row KV cache (bench -c N).
+# gives our binaries an N-row KV cache (bench -c N); AB_MODELS="tq2_0 smol" limits the A/B to
+# those files (default: tq2_0 smol tq2_0_q8head tiny30).
 set -u
 R=$PWD
 O=${OUT:-/tmp/out}
@@ -146,7 +147,7 @@ if [ -d $P/ab ]; then
   for r in 1 2; do
     ORDER=("${BINS[@]}")
     [ $r = 2 ] && ORDER=($(printf '%s\n' "${BINS[@]}" | tac))
-    for m in tq2_0 smol tq2_0_q8head tiny30; do
+    for m in ${AB_MODELS:-tq2_0 smol tq2_0_q8head tiny30}; do
       for nb in "${ORDER[@]}"; do
         log ab ${nb%%:*} $m round $r
         echo "${nb%%:*} $m $r $(${nb#*:} bench $M/$m.gguf --engine gpu $AO --output json 2>/dev/null | tr -d '\n')" >> "$O/ab.txt"

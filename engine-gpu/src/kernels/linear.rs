@@ -34,6 +34,13 @@
 //! - Otherwise (several tokens, other weights) the product kernels run unchanged with `x̂`
 //!   as their x: one rounding from the exact `q / s_b` (relative error ≤ 2⁻²⁴ per element),
 //!   inside the summation's own error.
+//! - On a GPU, one-token INT8 products of short rows skip `quantize_blocks` (and the fused
+//!   norm before them): each workgroup rounds the blocks it multiplies from the f32 x (or
+//!   the norm's input, with the norm's scale computed first as RMS_NORM computes it), bit
+//!   for bit what the rounding dispatch would have written ([`Rounding::InProduct`],
+//!   [`rounds_in_product`]). On SmolLM2 that removes 89 of a decode token's 275 dispatches (on an H100
+//!   each cost 6.5–10.7 µs) for a re-read of a 576- or 1536-wide row per workgroup from
+//!   cache.
 //!
 //! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
 //! (`gemv_multi`, a grid over the three weights' rows), and gate and up with the activation
@@ -48,14 +55,14 @@
 //! flushed f16 subnormals there would read weights below 2⁻¹⁴ as 0; lavapipe keeps them (the
 //! tests draw about one F16 weight in eight subnormal).
 
-use purebee_isa::ops::{Linear, LinearActivations, LINEAR_ACT_BLOCK};
-use purebee_memory::DType;
+use purebee_isa::ops::{Linear, LinearActivations, RmsNorm, LINEAR_ACT_BLOCK};
+use purebee_memory::{DType, TensorId};
 
 use super::elementwise::{BinaryOp, UnaryOp};
 use super::epilogue::Epilogue;
 use super::layout::ternary_scales;
 use super::rope_qkv::{self, RopeArgs, RopeEpilogue};
-use super::{argmax, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use super::{argmax, row_reduce, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -105,6 +112,9 @@ pub(crate) struct Params {
     pub wg2: u32,
     /// `*_multi_rope` (rope_qkv.wgsl): the rotation and the caches; else zeros.
     pub rope: RopeArgs,
+    /// `ROUND = 2` ([`Rounding::InProduct`] with a norm): the RMS_NORM's eps; else 0.
+    pub norm_eps: f32,
+    pub _pad: [u32; 3],
 }
 
 /// `DTYPE` in `linear.wgsl`, or `None` for a dtype LINEAR does not take.
@@ -126,7 +136,7 @@ fn too_large(what: &str) -> GpuError {
 }
 
 /// Whether a LINEAR's dispatches begin with the int8-block rounding of its x.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Rounding {
     /// An earlier dispatch (a fused norm, the first LINEAR of the group) filled the scratch
     /// buffer, with no dispatch between; also for f32 activations, which need none.
@@ -134,11 +144,88 @@ pub(crate) enum Rounding {
     /// `quantize_blocks` first (when the activations ask for int8 blocks); it writes x̂ only
     /// when `xhat` (some product of the scratch reads it: [`reads_xhat`]).
     Here { xhat: bool },
+    /// No rounding dispatch: the one-token INT8 product rounds the blocks of x it multiplies
+    /// itself (`ROUND` in linear.wgsl), after `norm` when there is one (the RMS_NORM that
+    /// writes x, whose own dispatch is then skipped). Only where [`rounds_in_product`] says.
+    InProduct { norm: Option<ProductNorm> },
+}
+
+/// The RMS_NORM a product applies to its x before rounding it ([`Rounding::InProduct`]):
+/// the norm's input, weight and eps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ProductNorm {
+    pub x: TensorId,
+    pub weight: TensorId,
+    pub eps: f32,
+}
+
+impl ProductNorm {
+    pub(crate) fn of(n: &RmsNorm) -> ProductNorm {
+        ProductNorm { x: n.x, weight: n.weight, eps: n.eps }
+    }
+}
+
+impl Rounding {
+    /// `ROUND` in linear.wgsl.
+    fn code(self) -> u32 {
+        match self {
+            Rounding::Done | Rounding::Here { .. } => 0,
+            Rounding::InProduct { norm: None } => 1,
+            Rounding::InProduct { norm: Some(_) } => 2,
+        }
+    }
+}
+
+/// The most bytes of x (and of the norm's weight) that the products rounding their own x
+/// ([`Rounding::InProduct`]) may read in all: each product workgroup reads the whole row of
+/// x (`4k` bytes; `8k` with the norm's weight), where a rounding dispatch read it once. From
+/// cache, 16 MiB take about 2 µs of an H100's L2 bandwidth, spread over the product's
+/// workgroups, against the 6–11 µs a rounding dispatch cost there on SmolLM2
+/// (`quantize_blocks`, `norm_quant_blocks`). So SmolLM2's projections (gate and up: 1536
+/// workgroups of 576-wide rows, 7 MB) round in the product; a 2048-wide model's do not.
+const IN_PRODUCT_MAX_BYTES: u64 = 16 << 20;
+
+/// Whether the one-token LINEARs `ls` (one x) can each round their own x's int8 blocks
+/// ([`Rounding::InProduct`]), after RMS_NORM `norm` (which writes that x, its output
+/// otherwise unread) when given: a GPU (a CPU adapter pays the repeated rounding on its
+/// cores, and takes `gemv_rows`), one-token INT8 products, few repeated reads
+/// ([`IN_PRODUCT_MAX_BYTES`]; `paired`: a gate and an up product, a row of each per
+/// workgroup); with a norm, rows whose RMS_NORM runs with `gemv`'s workgroup size (so the
+/// product computes its scale as RMS_NORM does) and one weight row length.
+pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&RmsNorm>, paired: bool) -> bool {
+    if ctx.caps.cpu || ls.is_empty() {
+        return false;
+    }
+    let row_reads = if norm.is_some() { 2 } else { 1 };
+    let mut extra = 0u64;
+    for (i, l) in ls.iter().enumerate() {
+        let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return false };
+        let (m, k) = (w.shape.rows(), w.shape.cols());
+        let n = out.shape.numel().checked_div(m).unwrap_or(0);
+        if n != 1 || int8_products(l, w.dtype, n) != 1 {
+            return false;
+        }
+        if let Some(nm) = norm {
+            let Ok(d) = ctx.desc(nm.x) else { return false };
+            if d.shape.numel() != k || row_reduce::workgroup_size(k) != GEMV_WG {
+                return false;
+            }
+        }
+        if !(paired && i > 0) {
+            extra = extra.saturating_add(4 * row_reads * (m as u64) * (k as u64));
+        }
+    }
+    extra <= IN_PRODUCT_MAX_BYTES
 }
 
 /// The dispatches of one LINEAR.
 pub(crate) fn record(ctx: &RecordCtx, l: &Linear) -> Result<Vec<KernelCall>, GpuError> {
-    record_with(ctx, l, Rounding::Here { xhat: reads_xhat(ctx, l) }, None)
+    let rounding = if rounds_in_product(ctx, &[l], None, false) {
+        Rounding::InProduct { norm: None }
+    } else {
+        Rounding::Here { xhat: reads_xhat(ctx, l) }
+    };
+    record_with(ctx, l, rounding, None)
 }
 
 /// The dispatches of one LINEAR in a fused group: `rounding` says whether x is rounded to
@@ -177,7 +264,7 @@ pub(crate) fn record_with(
     if let Rounding::Here { xhat } = rounding {
         calls.extend(quantize_blocks(ctx, l, n, k, xhat)?);
     }
-    let x = product_x(l, n, k);
+    let x = x_binding(l, n, k, rounding);
     for rows in windows {
         let wm = rows.len();
         u(wm.checked_mul(k.max(row_bytes)).ok_or_else(|| too_large("the weight"))?, "the weight")?;
@@ -190,6 +277,7 @@ pub(crate) fn record_with(
             scale_block: u(scales.map_or(1, |s| s.block), "the scale block")?,
             row0: u(rows.start, "the row count")?,
             out_stride: u(m, "the row count")?,
+            norm_eps: norm_eps(rounding),
             ..Params::default()
         };
         let window = |part: usize, bytes_per_row: u64| {
@@ -203,10 +291,11 @@ pub(crate) fn record_with(
                 Storage::Tensor(l.weight, part)
             }
         };
-        let scales_binding = match scales {
-            Some(sc) if sc.row_stride > 0 => window(1, part1_row),
-            Some(_) => Storage::Tensor(l.weight, 1),
-            None => window(0, part0_row),
+        let scales_binding = match (scales, rounding) {
+            (Some(sc), _) if sc.row_stride > 0 => window(1, part1_row),
+            (Some(_), _) => Storage::Tensor(l.weight, 1),
+            (None, Rounding::InProduct { norm: Some(nm) }) => Storage::Tensor(nm.weight, 0),
+            (None, _) => window(0, part0_row),
         };
         let mut storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
         let subgroup = ctx.caps.subgroups;
@@ -238,6 +327,7 @@ pub(crate) fn record_with(
                 let int8 = int8_products(l, w.dtype, n);
                 let (mut constants, (portable, subgroups)) =
                     (vec![("WG", GEMV_WG), ("DTYPE", code), ("INT8", int8)], store.0);
+                constants.extend(round_constant(rounding));
                 constants.extend(store.1.iter().copied());
                 storage.extend(store.2.iter().copied());
                 if n == 1 && short_rows(ctx, k) {
@@ -276,6 +366,30 @@ pub(crate) fn record_with(
         calls.push(argmax::partials(ctx, ids, slots(m))?);
     }
     Ok(calls)
+}
+
+/// What LINEAR `l`'s product kernels bind as x ([n, k]) when rounded as `rounding` says: the
+/// tensor they round themselves (x, or the norm's input), else [`product_x`].
+fn x_binding(l: &Linear, n: usize, k: usize, rounding: Rounding) -> Storage {
+    match rounding {
+        Rounding::InProduct { norm: Some(nm) } => Storage::Tensor(nm.x, 0),
+        Rounding::InProduct { norm: None } => Storage::Tensor(l.x, 0),
+        Rounding::Done | Rounding::Here { .. } => product_x(l, n, k),
+    }
+}
+
+/// The `ROUND` constant of a product rounding as `rounding` says (none for 0, the default).
+fn round_constant(rounding: Rounding) -> Option<(&'static str, u32)> {
+    let code = rounding.code();
+    (code != 0).then_some(("ROUND", code))
+}
+
+/// `Params::norm_eps` of a product rounding as `rounding` says.
+fn norm_eps(rounding: Rounding) -> f32 {
+    match rounding {
+        Rounding::InProduct { norm: Some(nm) } => nm.eps,
+        _ => 0.0,
+    }
 }
 
 /// What LINEAR `l`'s product kernels read as x ([n, k]): x itself, or x rounded to int8
@@ -450,6 +564,8 @@ pub(crate) fn multi_product(
     let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, kind, k);
     let wgs: Vec<u32> = ts.iter().map(|t| t.params.m.div_ceil(rows_per_wg)).collect();
     let mut params = ts[0].params;
+    params.norm_eps = norm_eps(rounding);
+    constants.extend(round_constant(rounding));
     (params.m1, params.m2) = (ts[1].params.m, ts[2].params.m);
     params.wg1 = wgs[0];
     params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
@@ -465,9 +581,9 @@ pub(crate) fn multi_product(
     let [w1, s1] = ts[1].weight;
     let [w2, s2] = ts[2].weight;
     let mut storage = vec![
-        (1, product_x(ls[0], 1, k)),
+        (1, x_binding(ls[0], 1, k, rounding)),
         (2, w0),
-        (3, s0),
+        (3, norm_weight_or(rounding, s0)),
         (4, t(ls[0].out)),
         (10, w1),
         (11, s1),
@@ -516,8 +632,9 @@ pub(crate) fn gated_product(
         ("UNARY_OP", op as u32),
         ("BINARY_OP", BinaryOp::Mul as u32),
     ]);
+    constants.extend(round_constant(rounding));
     // Weight 1 (u) has weight 0's rows.
-    let params = Params { m1: tg.params.m, ..tg.params };
+    let params = Params { m1: tg.params.m, norm_eps: norm_eps(rounding), ..tg.params };
     let mut calls: Vec<KernelCall> = Vec::new();
     if let Rounding::Here { xhat } = rounding {
         calls.extend(quantize_blocks(ctx, g, 1, k, xhat)?);
@@ -528,9 +645,9 @@ pub(crate) fn gated_product(
         key: PipelineKey { shader, entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
         storage: vec![
-            (1, product_x(g, 1, k)),
+            (1, x_binding(g, 1, k, rounding)),
             (2, w0),
-            (3, s0),
+            (3, norm_weight_or(rounding, s0)),
             (4, Storage::Tensor(g.out, 0)),
             (10, w1),
             (11, s1),
@@ -541,6 +658,15 @@ pub(crate) fn gated_product(
         workgroups: ctx.grid_1d(tg.params.m.div_ceil(rows_per_wg) as usize, 1),
     });
     Ok(calls)
+}
+
+/// Binding 3 of a product rounding as `rounding` says: the norm's weight (`ROUND = 2`, whose
+/// Q4_0/Q4_1/Q8_0 weights leave binding 3 unread), else `scales`.
+fn norm_weight_or(rounding: Rounding, scales: Storage) -> Storage {
+    match rounding {
+        Rounding::InProduct { norm: Some(nm) } => Storage::Tensor(nm.weight, 0),
+        _ => scales,
+    }
 }
 
 /// The shaders (portable, subgroup), the extra override constants and the extra storage
@@ -577,7 +703,7 @@ fn slots(m: usize) -> u64 {
 mod tests {
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in linear.wgsl: twenty u32 fields, 80 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 80);
+        // `struct Params` in linear.wgsl: twenty-four 4-byte fields, 96 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 96);
     }
 }

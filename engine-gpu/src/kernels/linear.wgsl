@@ -2,7 +2,8 @@
 // (kernels/layout.rs) exactly as memory::quant decodes them, products summed in f32.
 //
 // Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32), then
-// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1); followed by the file that
+// act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1) and rms_sum.wgsl
+// (sum_squares, inv_rms_of); followed by the file that
 // says which weight the decoders read (wword, wscale, weight_rows): linear_weight.wgsl (the
 // one at bindings 2 and 3), or linear_multi.wgsl (several, one dispatch for several LINEARs);
 // and by the file that defines store_out(i, v), what the products do with output element i:
@@ -67,13 +68,19 @@ struct Params {
     rope_pos_param: u32,
     rope_base_value: u32,
     rope_base_param: u32,
+    // ROUND = 2 only: the RMS_NORM's eps (0 elsewhere).
+    norm_eps: f32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 // x [n, k] as f32 bits, or the int8-block scratch buffer (act_quant.wgsl's layout: x̂ first).
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
-// Ternary scales (part 1 of the ternary layout); other dtypes bind part 0 here, unread.
+// Ternary scales (part 1 of the ternary layout); other dtypes bind part 0 here, unread, or
+// (ROUND = 2, Q4_0/Q4_1/Q8_0 weights) the RMS_NORM's weight.
 @group(0) @binding(3) var<storage, read> ws: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 // quantize_blocks: the int8-block scratch buffer (x̂, the codes and the scales), the x of
@@ -87,6 +94,11 @@ override DTYPE: u32 = 0u;
 // 1 when x is the int8-block scratch buffer and the weight is Q4_0, Q4_1 or Q8_0: the
 // one-token products multiply the codes as integers, a block at a time (dot_blocks).
 override INT8: u32 = 0u;
+// Where the INT8 products' int8 blocks of x come from (x_block): 0, the scratch buffer
+// (x is it) that quantize_blocks or a fused norm filled; 1, rounded by the product itself
+// from the LINEAR's f32 x (x is it); 2, the same from RMS_NORM(x) (x is the norm's input,
+// its weight at binding 3), its scale computed first (round_prologue).
+override ROUND: u32 = 0u;
 
 const DT_F32: u32 = 0u;
 const DT_F16: u32 = 1u;
@@ -282,6 +294,69 @@ fn quantize_blocks(@builtin(local_invocation_index) lidx: u32, @builtin(workgrou
     }
 }
 
+// ROUND = 2: RMS_NORM's 1 / sqrt(mean(x²) + eps) of the token's row, set by round_prologue.
+var<private> norm_inv: f32;
+
+// rms_sum.wgsl's row source: x's f32 bits.
+fn norm_src(inplace: bool, i: u32) -> f32 {
+    return bitcast<f32>(x[i]);
+}
+
+// The start of every one-token product entry point (the whole workgroup, in uniform control
+// flow): with ROUND = 2, the norm's scale of the row, exactly as rms_norm.wgsl computes it
+// (the dispatcher picks a norm whose workgroup size is WG and the same reductions).
+fn round_prologue(ids: Ids) {
+    if (ROUND == 2u) {
+        norm_inv = inv_rms_of(reduce_add_f32(sum_squares(false, 0u, ids.lidx, p.k), ids), p.k, p.norm_eps);
+    }
+}
+
+// Block `b` of token `tok`'s x as int8 codes (8 words, element 4j + i in byte i of word j)
+// and its scale s_b.
+struct XBlock {
+    codes: array<u32, 8>,
+    s: f32,
+}
+
+// ROUND = 0: read from the scratch buffer. ROUND = 1, 2: the block's values (normed, as
+// rms_norm.wgsl's `v · inv · w`, for ROUND = 2; 0 past the row), their maximum as an exact
+// integer maximum of |v|'s bits, the scale and the codes by act_quant.wgsl's rules: bit for
+// bit what quantize_blocks or norm_quant_blocks would have written to the scratch buffer.
+// Every product workgroup rounds the blocks it multiplies, so x's row is read once per
+// output row instead of once: linear.rs allows it only where those reads are few.
+fn x_block(tok: u32, b: u32) -> XBlock {
+    var r: XBlock;
+    if (ROUND == 0u) {
+        for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+            r.codes[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
+        }
+        r.s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
+        return r;
+    }
+    var v: array<vec4<f32>, 8>;
+    var mx = 0u;
+    for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            let e = b * ACT_BLOCK + 4u * j + c;
+            var h = 0.0;
+            if (e < p.k) {
+                h = bitcast<f32>(x[tok * p.k + e]);
+                if (ROUND == 2u) {
+                    h = h * norm_inv * ws[e];
+                }
+            }
+            v[j][c] = h;
+        }
+        mx = max(mx, max(max(abs_bits(v[j].x), abs_bits(v[j].y)), max(abs_bits(v[j].z), abs_bits(v[j].w))));
+    }
+    let s_bits = act_scale_bits(mx);
+    for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+        r.codes[j] = pack4xI8(quantize4(v[j], s_bits));
+    }
+    r.s = bitcast<f32>(s_bits);
+    return r;
+}
+
 // The 32 code bytes at byte offset `off` (even) of the weight buffer as 8 words: 8 aligned
 // words, or 9 words shifted by two bytes (Q8_0's blocks alternate), all loaded before any
 // is used and without a branch.
@@ -313,11 +388,9 @@ fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
     let nibbles = 0x0f0f0f0fu;
     var acc = 0.0;
     for (var b = first; b < int8_blocks(p.k); b = b + stride) {
-        var a: array<u32, 8>;
-        for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
-            a[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
-        }
-        let s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
+        let xb = x_block(tok, b);
+        var a = xb.codes;
+        let s = xb.s;
         let off = block_at(row, b);
         var term: f32;
         if (DTYPE == DT_Q8_0) {
@@ -384,6 +457,7 @@ fn gemv_total(row: u32, tok: u32, ids: Ids) -> f32 {
 
 @compute @workgroup_size(WG)
 fn gemv(ids: Ids) {
+    round_prologue(ids);
     let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     let tok = ids.wid.z;
     let total = gemv_total(row, tok, ids);

@@ -90,6 +90,7 @@ fn store_multi(row: u32, v: f32) {
 
 @compute @workgroup_size(WG)
 fn gemv_multi(ids: Ids) {
+    round_prologue(ids);
     let wg = ids.wid.y * ids.nwg.x + ids.wid.x;
     let row = wg - select_weight(wg);
     let total = gemv_total(row, 0u, ids);
@@ -124,6 +125,7 @@ fn qkv_out(w: u32, row: u32, v: f32) {
 // file): one workgroup per item, the two rows of a pair one after the other.
 @compute @workgroup_size(WG)
 fn gemv_multi_rope(ids: Ids) {
+    round_prologue(ids);
     let it = qkv_item(ids.wid.y * ids.nwg.x + ids.wid.x, p.m, p.m1, p.m2);
     wsel = min(it.w, 2u);
     let ya = gemv_total(it.a, 0u, ids);
@@ -161,6 +163,7 @@ fn store_gated(row: u32, yg: f32, yu: f32) {
 
 @compute @workgroup_size(WG)
 fn gemv_gated(ids: Ids) {
+    round_prologue(ids);
     let row = ids.wid.y * ids.nwg.x + ids.wid.x;
     wsel = 0u;
     let yg = gemv_total(row, 0u, ids);

@@ -161,8 +161,16 @@ impl Shader {
     pub fn source(self) -> &'static str {
         match self {
             Shader::Elementwise => concat!(include_str!("elementwise_ops.wgsl"), include_str!("elementwise.wgsl")),
-            Shader::RmsNorm => concat!(include_str!("reduce_portable.wgsl"), include_str!("rms_norm.wgsl")),
-            Shader::RmsNormSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("rms_norm.wgsl")),
+            Shader::RmsNorm => concat!(
+                include_str!("reduce_portable.wgsl"),
+                include_str!("rms_sum.wgsl"),
+                include_str!("rms_norm.wgsl")
+            ),
+            Shader::RmsNormSubgroup => concat!(
+                include_str!("reduce_subgroup.wgsl"),
+                include_str!("rms_sum.wgsl"),
+                include_str!("rms_norm.wgsl")
+            ),
             Shader::Softmax => concat!(include_str!("reduce_portable.wgsl"), include_str!("softmax.wgsl")),
             Shader::SoftmaxSubgroup => concat!(include_str!("reduce_subgroup.wgsl"), include_str!("softmax.wgsl")),
             Shader::Argmax => concat!(
@@ -179,6 +187,7 @@ impl Shader {
             Shader::LinearAdd => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("residual_add.wgsl")
@@ -186,6 +195,7 @@ impl Shader {
             Shader::LinearAddSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("residual_add.wgsl")
@@ -193,6 +203,7 @@ impl Shader {
             Shader::LinearActMul => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
@@ -201,6 +212,7 @@ impl Shader {
             Shader::LinearActMulSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
@@ -209,6 +221,7 @@ impl Shader {
             Shader::LinearArgmax => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl"),
@@ -218,6 +231,7 @@ impl Shader {
             Shader::LinearArgmaxSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl"),
@@ -228,6 +242,7 @@ impl Shader {
             Shader::LinearMulti => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_multi.wgsl"),
                 include_str!("product_store.wgsl"),
@@ -238,6 +253,7 @@ impl Shader {
             Shader::LinearMultiSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_multi.wgsl"),
                 include_str!("product_store.wgsl"),
@@ -248,6 +264,7 @@ impl Shader {
             Shader::Linear => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl")
@@ -255,6 +272,7 @@ impl Shader {
             Shader::LinearSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("linear.wgsl"),
                 include_str!("linear_weight.wgsl"),
                 include_str!("product_store.wgsl")
@@ -322,12 +340,14 @@ impl Shader {
             Shader::NormQuant => concat!(
                 include_str!("reduce_portable.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("rms_norm.wgsl"),
                 include_str!("norm_quant.wgsl")
             ),
             Shader::NormQuantSubgroup => concat!(
                 include_str!("reduce_subgroup.wgsl"),
                 include_str!("act_quant.wgsl"),
+                include_str!("rms_sum.wgsl"),
                 include_str!("rms_norm.wgsl"),
                 include_str!("norm_quant.wgsl")
             ),

@@ -13,7 +13,7 @@
 // whatever the workgroup size). The normed values never leave registers: h is written to
 // memory only when a later instruction reads it (WRITE_OUT = 1).
 //
-// Passes over the row: (1) Σ x² (rms_norm.wgsl's sum_squares); (2) max |h_i|;
+// Passes over the row: (1) Σ x² (rms_sum.wgsl's sum_squares); (2) max |h_i|;
 // (3) per word of four elements, h, its int8 codes, and (WRITE_OUT) h itself. Pass 3 reads
 // and writes only its own four elements, and nothing is read after it, so the in-place entry
 // point (h == x) is safe.
@@ -45,7 +45,7 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
         return;
     }
     let base = row * p.cols;
-    let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
+    let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx, p.cols), ids));
     var mx = 0u;
     var i = ids.lidx;
     // Four elements per step, loaded together (rms_norm.wgsl's load4).
@@ -145,7 +145,7 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
         atomicStore(&block_max[b], 0u);
     }
     // (The reduction's barriers also order the stores above before pass 2.)
-    let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx), ids));
+    let inv = inv_rms(reduce_add_f32(sum_squares(inplace, base, ids.lidx, p.cols), ids));
     var i = ids.lidx;
     for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
         let h = load4(inplace, base, i) * inv * weight4(i);

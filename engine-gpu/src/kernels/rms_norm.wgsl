@@ -1,6 +1,7 @@
 // RMS_NORM: out_i = x_i / sqrt(mean(x²) + eps) · weight_i, one workgroup per row.
 //
-// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_add_f32`). Each
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_add_f32`) and
+// `rms_sum.wgsl` (`sum_squares`, `inv_rms_of`, shared with linear.wgsl). Each
 // invocation sums the squares of elements lid, lid + WG, ... of its row in f32 (in that
 // order, four loads at a time), the workgroup adds the partial sums, then each invocation
 // scales its elements. The in-place entry point reads `out` instead of `x` (one buffer cannot
@@ -22,9 +23,9 @@ struct Params {
 // Threads per workgroup, a power of two.
 override WG: u32 = 256u;
 
-// 1 / sqrt(mean + eps) from the row's sum of squares.
+// 1 / sqrt(mean + eps) from the row's sum of squares (rms_sum.wgsl).
 fn inv_rms(sum_sq: f32) -> f32 {
-    return inverseSqrt(sum_sq / f32(p.cols) + p.eps);
+    return inv_rms_of(sum_sq, p.cols, p.eps);
 }
 
 // Element i of the row source: `out` in place, else `x`.
@@ -33,6 +34,11 @@ fn load(inplace: bool, i: u32) -> f32 {
         return out[i];
     }
     return x[i];
+}
+
+// rms_sum.wgsl's row source.
+fn norm_src(inplace: bool, i: u32) -> f32 {
+    return load(inplace, i);
 }
 
 // Elements i, i + WG, i + 2·WG, i + 3·WG of the row source at `base`, and of the weight:
@@ -46,25 +52,6 @@ fn load4(inplace: bool, base: u32, i: u32) -> vec4<f32> {
 
 fn weight4(i: u32) -> vec4<f32> {
     return vec4<f32>(weight[i], weight[i + WG], weight[i + 2u * WG], weight[i + 3u * WG]);
-}
-
-// This invocation's Σ v² over elements lidx, lidx + WG, ... of the row at `base`, added in
-// that order, four loads at a time.
-fn sum_squares(inplace: bool, base: u32, lidx: u32) -> f32 {
-    var acc = 0.0;
-    var i = lidx;
-    for (; i + 3u * WG < p.cols; i = i + 4u * WG) {
-        let v = load4(inplace, base, i);
-        acc = acc + v.x * v.x;
-        acc = acc + v.y * v.y;
-        acc = acc + v.z * v.z;
-        acc = acc + v.w * v.w;
-    }
-    for (; i < p.cols; i = i + WG) {
-        let v = load(inplace, base + i);
-        acc = acc + v * v;
-    }
-    return acc;
 }
 
 // out = rms_norm(src) for the invocation's elements, four at a time as in sum_squares.
@@ -91,7 +78,7 @@ fn rms_norm(ids: Ids) {
         return;
     }
     let base = row * p.cols;
-    let inv = inv_rms(reduce_add_f32(sum_squares(false, base, ids.lidx), ids));
+    let inv = inv_rms(reduce_add_f32(sum_squares(false, base, ids.lidx, p.cols), ids));
     scale_row(false, base, ids.lidx, inv);
 }
 
@@ -103,6 +90,6 @@ fn rms_norm_inplace(ids: Ids) {
         return;
     }
     let base = row * p.cols;
-    let inv = inv_rms(reduce_add_f32(sum_squares(true, base, ids.lidx), ids));
+    let inv = inv_rms(reduce_add_f32(sum_squares(true, base, ids.lidx, p.cols), ids));
     scale_row(true, base, ids.lidx, inv);
 }
