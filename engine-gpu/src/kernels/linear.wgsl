@@ -388,35 +388,45 @@ fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
     let nibbles = 0x0f0f0f0fu;
     var acc = 0.0;
     for (var b = first; b < int8_blocks(p.k); b = b + stride) {
+        // The weight block's words and scales first, x's block after: the weight's loads are
+        // in flight while x's are (and, when the product rounds x itself, while it rounds).
+        let off = block_at(row, b);
+        var c: array<u32, 8>;
+        if (DTYPE == DT_Q8_0) {
+            c = words32_at(codes_at(off));
+        } else {
+            // Q4_0 and Q4_1: 16 code bytes, element i < 16 the low nibble of byte i, element
+            // i + 16 the high nibble.
+            let lo = words_at(codes_at(off));
+            let hi = words_at(codes_at(off) + 8u);
+            c = array<u32, 8>(lo.x, lo.y, hi.x, hi.y, 0u, 0u, 0u, 0u);
+        }
+        let d = f16_at(off);
+        var mn = 0.0;
+        if (DTYPE == DT_Q4_1) {
+            mn = f16_at(off + 2u);
+        }
         let xb = x_block(tok, b);
         var a = xb.codes;
         let s = xb.s;
-        let off = block_at(row, b);
         var term: f32;
         if (DTYPE == DT_Q8_0) {
-            let c = words32_at(codes_at(off));
             var qc = 0;
             for (var j = 0u; j < 8u; j = j + 1u) {
                 qc = qc + dot4I8Packed(a[j], c[j]);
             }
-            term = f32(qc) * f16_at(off);
+            term = f32(qc) * d;
         } else {
-            // Q4_0 and Q4_1: element i < 16 is the low nibble of byte i, element i + 16 the
-            // high nibble.
-            let lo = words_at(codes_at(off));
-            let hi = words_at(codes_at(off) + 8u);
-            let c = array<u32, 4>(lo.x, lo.y, hi.x, hi.y);
             var qc = 0;
             var sq = 0;
             for (var j = 0u; j < 4u; j = j + 1u) {
                 qc = qc + dot4I8Packed(a[j], c[j] & nibbles) + dot4I8Packed(a[j + 4u], (c[j] >> 4u) & nibbles);
                 sq = sq + dot4I8Packed(a[j], ones) + dot4I8Packed(a[j + 4u], ones);
             }
-            let d = f16_at(off);
             if (DTYPE == DT_Q4_0) {
                 term = f32(qc - 8 * sq) * d;
             } else {
-                term = f32(qc) * d + f32(sq) * f16_at(off + 2u);
+                term = f32(qc) * d + f32(sq) * mn;
             }
         }
         acc = acc + term / s;
