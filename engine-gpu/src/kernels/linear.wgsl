@@ -318,6 +318,11 @@ struct XBlock {
     s: f32,
 }
 
+// ROUND = 1, 2: the (block, token) this invocation rounded last (none yet: no block has
+// that index), and its rounding.
+var<private> last_block: vec2<u32> = vec2<u32>(0xffffffffu, 0xffffffffu);
+var<private> last_rounded: XBlock;
+
 // ROUND = 0: read from the scratch buffer. ROUND = 1, 2: the block's values (normed, as
 // rms_norm.wgsl's `v · inv · w`, for ROUND = 2; 0 past the row), their maximum as an exact
 // integer maximum of |v|'s bits, the scale and the codes by act_quant.wgsl's rules: bit for
@@ -332,6 +337,11 @@ fn x_block(tok: u32, b: u32) -> XBlock {
         }
         r.s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
         return r;
+    }
+    // gemv_multi_rope and gemv_gated compute two rows per workgroup, each invocation the same
+    // blocks for both: the second row takes the first's rounding (short rows: one block).
+    if (tok == last_block.y && b == last_block.x) {
+        return last_rounded;
     }
     var v: array<vec4<f32>, 8>;
     var mx = 0u;
@@ -354,6 +364,8 @@ fn x_block(tok: u32, b: u32) -> XBlock {
         r.codes[j] = pack4xI8(quantize4(v[j], s_bits));
     }
     r.s = bitcast<f32>(s_bits);
+    last_block = vec2<u32>(b, tok);
+    last_rounded = r;
     return r;
 }
 
