@@ -5,7 +5,8 @@
 //! end-of-turn token at step 7, where generation stops; teacher-forced logits (prompt plus
 //! llama.cpp's ids in one prefill) within the bounds below, with llama.cpp's argmax wherever
 //! its top1−top2 margin exceeds 1; and the GPU and CPU engines (the CPU engine on every
-//! SIMD path this machine runs) within 5e-3 of the reference engine. All of it twice: with
+//! SIMD path this machine runs; the GPU engine also with a GPU's kernel choices on any
+//! adapter) within 5e-3 of the reference engine. All of it twice: with
 //! the f32 activations (`QuantizedActivations::F32`, LINEAR's exact semantics: the tight
 //! engine-vs-engine check) and with the int8-block activations that `run` uses by default
 //! (as llama.cpp rounds; see `MAX_ABS_VS_LLAMA_CPP_INT8` for its bounds).
@@ -260,6 +261,23 @@ fn smollm2_on_the_gpu_engine_matches_llama_cpp_and_the_reference_engine() {
     }
     check_against_reference(&path, "GPU", || {
         GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
+            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
+        })
+    });
+}
+
+/// The same with the kernels a GPU chooses (`GpuOptions::gpu_kernels`), whatever the adapter:
+/// on lavapipe, where the test above takes a CPU adapter's forms, this runs the one-token
+/// products that round their own x after the norm (`gemv`, `gemv_multi_rope`, `gemv_gated`
+/// with `ROUND`) through the whole model.
+#[test]
+fn smollm2_with_a_gpus_kernels_matches_llama_cpp_and_the_reference_engine() {
+    let Some(path) = smollm2_gguf() else { return };
+    if gpu_tests_skipped() {
+        return;
+    }
+    check_against_reference(&path, "GPU (a GPU's kernels)", || {
+        GpuEngine::new(&GpuOptions { gpu_kernels: true, ..GpuOptions::default() }).unwrap_or_else(|e| {
             panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
         })
     });
