@@ -430,7 +430,10 @@ pub(crate) fn record_linear(
             let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
                 return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
             };
-            if !n.write_out && !head && linear::rounds_in_product(ctx, &ls, Some(norm), paired) {
+            // The products would read the norm's input while the group's kernels write their
+            // outputs: none of those may be it.
+            let input_kept = !instructions[n.index + 1..g.range().end].iter().any(|i| writes(i, norm.x));
+            if !n.write_out && !head && input_kept && linear::rounds_in_product(ctx, &ls, Some(norm), paired) {
                 linear::Rounding::InProduct { norm: Some(linear::ProductNorm::of(norm)) }
             } else {
                 calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
@@ -828,6 +831,15 @@ fn killed(i: &Instruction) -> Option<TensorId> {
 
 /// Whether an instruction reads `t` (in-place instructions read their output; KV_WRITE is
 /// taken to read its cache, which it writes only in part).
+/// Whether instruction `i` writes tensor `t` (or FREEs it): operands() lists the output
+/// first (a KV_WRITE's cache); TOP_K has two.
+fn writes(i: &Instruction, t: TensorId) -> bool {
+    match i {
+        Instruction::TopK(k) => k.values == t || k.ids == t,
+        other => other.operands().first() == Some(&t),
+    }
+}
+
 fn reads(i: &Instruction, t: TensorId) -> bool {
     match i {
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => false,

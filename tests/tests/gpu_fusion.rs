@@ -740,6 +740,46 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
 /// on both engines, so the outputs must be equal (±0 compare equal). (RELU2 stands in for
 /// SILU, whose own tolerance the elementwise tests hold; the fused SILU is elementwise.wgsl's
 /// bit for bit, as the layer tests show.)
+/// A norm whose input the group's own kernels write: RMS_NORM(h, x) ; LINEAR(p, h, W) ;
+/// TENSOR_ADD(x, x, p), twice (x = x + W·norm(x), h's first write dead). With a GPU's
+/// kernels the product would read x to normalize it while its residual epilogue writes x,
+/// so the norm keeps its own dispatch there; the same bits as unfused either way.
+#[test]
+fn a_norm_whose_input_the_group_writes_keeps_its_dispatch() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    let k = 96;
+    let mut rng = SplitMix64(61);
+    let bytes = float_weight(DType::Q8_0, k, k, &mut rng, 0.3);
+    let w = HostTensor::from_bytes("w", DType::Q8_0, Shape::matrix(k, k).expect("shape"), &bytes).expect("sizes");
+    let inputs = vec![
+        ("x".to_string(), matrix("x", 1, k, randn(&mut rng, k, 1.0))),
+        ("nw".to_string(), vector("nw", randn(&mut rng, k, 1.0))),
+        ("w".to_string(), w),
+    ];
+    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+        let [x, nw, w] = ids[..] else {
+            return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+        };
+        let h = b.alloc(&name("h"), DType::F32, &[1, k])?;
+        let p = b.alloc(&name("p"), DType::F32, &[1, k])?;
+        for _ in 0..2 {
+            b.rms_norm(h, x, nw, 1e-5)?;
+            b.linear_with(p, h, w, LinearActivations::Int8Blocks)?;
+            b.add(x, x, p)?;
+        }
+        Ok(vec![x, h, p])
+    };
+    for gpu in [false, true] {
+        let kernels = Kernels { portable: false, gpu };
+        let (fused, unfused, _, fk, _) = fused_and_unfused_on(kernels, &inputs, &[], &build);
+        assert_bits(&fused, &unfused, &format!("{kernels:?}")).unwrap_or_else(|e| panic!("{e}"));
+        let norms = fk.iter().filter(|f| f.ends_with(":norm_quant_blocks")).count();
+        assert_eq!(norms, 2, "{kernels:?}: {fk:?}");
+    }
+}
+
 #[test]
 fn linear_patterns_match_the_reference_exactly() {
     if gpu_tests_skipped() {
