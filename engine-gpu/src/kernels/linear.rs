@@ -38,9 +38,9 @@
 //!   norm before them): each workgroup rounds the blocks it multiplies from the f32 x (or
 //!   the norm's input, with the norm's scale computed first as RMS_NORM computes it), bit
 //!   for bit what the rounding dispatch would have written ([`Rounding::InProduct`],
-//!   [`rounds_in_product`]). On SmolLM2 that removes 89 of a decode token's 275 dispatches (on an H100
-//!   each cost 6.5–10.7 µs) for a re-read of a 576- or 1536-wide row per workgroup from
-//!   cache.
+//!   [`rounds_in_product`]). On SmolLM2 that removes 89 of a decode token's 275 dispatches
+//!   (on an H100 each cost 6.5–10.7 µs) for a re-read of a 576- or 1536-wide row per
+//!   workgroup from cache.
 //!
 //! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
 //! (`gemv_multi`, a grid over the three weights' rows), and gate and up with the activation
@@ -291,11 +291,10 @@ pub(crate) fn record_with(
                 Storage::Tensor(l.weight, part)
             }
         };
-        let scales_binding = match (scales, rounding) {
-            (Some(sc), _) if sc.row_stride > 0 => window(1, part1_row),
-            (Some(_), _) => Storage::Tensor(l.weight, 1),
-            (None, Rounding::InProduct { norm: Some(nm) }) => Storage::Tensor(nm.weight, 0),
-            (None, _) => window(0, part0_row),
+        let scales_binding = match scales {
+            Some(sc) if sc.row_stride > 0 => window(1, part1_row),
+            Some(_) => Storage::Tensor(l.weight, 1),
+            None => norm_weight_or(rounding, window(0, part0_row)),
         };
         let mut storage = vec![(1, x), (2, window(0, part0_row)), (3, scales_binding), (4, Storage::Tensor(l.out, 0))];
         let subgroup = ctx.caps.subgroups;
