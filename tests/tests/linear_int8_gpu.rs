@@ -423,3 +423,40 @@ fn int8_blocks_nan_and_infinity() {
         assert!(want.out[m..2 * m].iter().all(|v| v.is_nan()), "the reference's infinite row is NaN");
     }
 }
+
+/// The same special values in one token against Q8_0 weights: the integer products, which
+/// on [`GPU_KERNELS`] round their own x. A NaN element rounds to 0 (the output stays finite
+/// and matches the reference); an infinite one makes its block's scale 0, so every output is
+/// NaN, as the reference's 0 / 0.
+#[test]
+fn int8_blocks_nan_and_infinity_in_one_token_products() {
+    let mut engines = engines();
+    let mut reference = RefEngine::new();
+    let (m, k) = (5, 64);
+    let mut rng = Rng(77);
+    let wbytes = weight_bytes(DType::Q8_0, m, k, &mut rng, Data::Random);
+    let shape = |r, c| Shape::matrix(r, c).expect("valid shape");
+    let w = HostTensor::from_bytes("w", DType::Q8_0, shape(m, k), &wbytes).expect("sizes agree");
+    // NaNs in two lanes of a word of codes (elements 3 and 8: the last and the first).
+    for (special, at) in [(f32::NAN, &[3, 8][..]), (f32::INFINITY, &[40][..])] {
+        let mut xs: Vec<f32> = (0..k).map(|i| (i as f32 * 0.37).sin()).collect();
+        for &i in at {
+            xs[i] = special;
+        }
+        let x = HostTensor::from_f32("x", shape(1, k), xs).expect("sizes agree");
+        let case = format!("special_at_{}", at[0]);
+        let want = run_on(&mut reference, &case, &x, &w, (1, m), false, |_, _| None);
+        for (which, gpu) in &mut engines {
+            let got = run_on(gpu, &case, &x, &w, (1, m), false, |_, _| None);
+            for (i, (&g, &r)) in got.out.iter().zip(&want.out).enumerate() {
+                if special.is_nan() {
+                    assert!(r.is_finite(), "the reference's output {i} with a NaN element is {r}");
+                    let diff = (g - r).abs();
+                    assert!(diff <= 1e-4 * (1.0 + r.abs()), "{which}: NaN element: output {i} is {g}, expected {r}");
+                } else {
+                    assert!(r.is_nan() && g.is_nan(), "{which}: infinite element: output {i} is {g}, reference {r}");
+                }
+            }
+        }
+    }
+}
