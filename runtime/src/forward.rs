@@ -124,10 +124,12 @@ pub(crate) fn record_forward(
         b.add(x, x, proj)?;
     }
 
-    // Final norm and LM head, over every row or only the last (gathered with EMBED).
+    // Final norm and LM head, over every row or only the last (gathered with EMBED when
+    // there are several: one token's row is the last).
     let mut constants = Vec::new();
     let (last, n_out) = match rows {
         LogitsRows::All => (x, n),
+        LogitsRows::Last if n == 1 => (x, 1),
         LogitsRows::Last => {
             let sel = declare(b, &mut ts, prefix, "last_row", DType::U32, &[1])?;
             constants.push((sel, ((n - 1) as u32).to_le_bytes().to_vec()));
@@ -136,7 +138,9 @@ pub(crate) fn record_forward(
             (xl, 1)
         }
     };
-    let normed = declare(b, &mut ts, prefix, "out_norm", f32, &[n_out, d])?;
+    // Into h when the shapes agree: the last block's write of h is then overwritten before
+    // anything else reads it, so an engine need not keep it for the host.
+    let normed = if n_out == n { h } else { declare(b, &mut ts, prefix, "out_norm", f32, &[n_out, d])? };
     b.rms_norm(normed, last, w.output_norm, cfg.rms_eps)?;
     let logits = declare(b, &mut ts, prefix, "logits", f32, &[n_out, cfg.n_vocab])?;
     linear(b, logits, normed, w.lm_head, acts)?;
