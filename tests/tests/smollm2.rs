@@ -259,11 +259,7 @@ fn smollm2_on_the_gpu_engine_matches_llama_cpp_and_the_reference_engine() {
     if gpu_tests_skipped() {
         return;
     }
-    check_against_reference(&path, "GPU", || {
-        GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
-            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-        })
-    });
+    check_against_reference(&path, "GPU", || gpu_engine(GpuOptions::default()));
 }
 
 /// The same with the kernels a GPU chooses (`GpuOptions::gpu_kernels`), whatever the adapter:
@@ -277,10 +273,15 @@ fn smollm2_with_a_gpus_kernels_matches_llama_cpp_and_the_reference_engine() {
         return;
     }
     check_against_reference(&path, "GPU (a GPU's kernels)", || {
-        GpuEngine::new(&GpuOptions { gpu_kernels: true, ..GpuOptions::default() }).unwrap_or_else(|e| {
-            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-        })
+        gpu_engine(GpuOptions { gpu_kernels: true, ..GpuOptions::default() })
     });
+}
+
+/// A GPU engine with `options`; fails the test with instructions when no adapter exists.
+fn gpu_engine(options: GpuOptions) -> GpuEngine {
+    GpuEngine::new(&options).unwrap_or_else(|e| {
+        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
+    })
 }
 
 #[test]
