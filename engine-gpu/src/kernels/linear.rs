@@ -184,18 +184,14 @@ impl Rounding {
 /// (`quantize_blocks`, `norm_quant_blocks`). So SmolLM2's projections (gate and up: 1536
 /// workgroups of 576-wide rows, 7 MB) round in the product; a 2048-wide model's do not.
 const IN_PRODUCT_MAX_BYTES: u64 = 16 << 20;
-/// The longest rows whose int8 blocks a product workgroup stages in workgroup memory when it
-/// rounds its own x (`stage_row` in `linear.wgsl`: 128 blocks, 4.5 KiB).
-const STAGED_MAX_K: usize = 4096;
 
 /// Whether the one-token LINEARs `ls` (one x) can each round their own x's int8 blocks
 /// ([`Rounding::InProduct`]), after RMS_NORM `norm` (which writes that x, its output
 /// otherwise unread) when given: a GPU (a CPU adapter pays the repeated rounding on its
 /// cores, and takes `gemv_rows`), one-token INT8 products, few repeated reads
 /// ([`IN_PRODUCT_MAX_BYTES`]; `paired`: a gate and an up product, a row of each per
-/// workgroup), rows of at most [`STAGED_MAX_K`]; with a norm, rows whose RMS_NORM runs with
-/// `gemv`'s workgroup size (so the product computes its scale as RMS_NORM does) and one
-/// weight row length.
+/// workgroup); with a norm, rows whose RMS_NORM runs with `gemv`'s workgroup size (so the
+/// product computes its scale as RMS_NORM does) and one weight row length.
 pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&RmsNorm>, paired: bool) -> bool {
     if ctx.caps.cpu || ls.is_empty() {
         return false;
@@ -206,7 +202,7 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
         let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return false };
         let (m, k) = (w.shape.rows(), w.shape.cols());
         let n = out.shape.numel().checked_div(m).unwrap_or(0);
-        if n != 1 || k > STAGED_MAX_K || int8_products(l, w.dtype, n) != 1 {
+        if n != 1 || int8_products(l, w.dtype, n) != 1 {
             return false;
         }
         if let Some(nm) = norm {

@@ -302,93 +302,70 @@ fn norm_src(inplace: bool, i: u32) -> f32 {
     return bitcast<f32>(x[i]);
 }
 
-// ROUND = 1, 2: the token's row of x rounded to int8 blocks by the whole workgroup
-// (stage_row), for rows of at most 128 blocks (linear.rs: STAGED_MAX_K): block b's codes
-// in words b · BLOCK_WORDS .. + BLOCK_WORDS (act_quant.wgsl's word layout), the bits of its
-// maximum |v| (zero, as all workgroup memory, when the workgroup starts), then its scale.
-var<workgroup> staged_codes: array<u32, 1024>;
-var<workgroup> staged_max: array<atomic<u32>, 128>;
-var<workgroup> staged_scale: array<u32, 128>;
-
-// Elements 4·word .. 4·word + 3 of the token's row (at `base`) as the product rounds them:
-// x, or RMS_NORM(x) as rms_norm.wgsl computes it (v · inv · w) for ROUND = 2; 0 past k.
-fn staged_values(base: u32, word: u32) -> vec4<f32> {
-    var v = vec4<f32>(0.0);
-    for (var c = 0u; c < 4u; c = c + 1u) {
-        let e = 4u * word + c;
-        if (e < p.k) {
-            var h = bitcast<f32>(x[base + e]);
-            if (ROUND == 2u) {
-                h = h * norm_inv * ws[e];
-            }
-            v[c] = h;
-        }
-    }
-    return v;
-}
-
-// ROUND = 1, 2 (the whole workgroup, in uniform control flow): rounds token `tok`'s row to
-// int8 blocks in workgroup memory by act_quant.wgsl's rules, bit for bit what quantize_blocks
-// or norm_quant_blocks would have written to the scratch buffer. One word of codes (four
-// elements) per invocation per step, so a block's eight words are eight invocations side by
-// side: they meet on the block's maximum through a workgroup atomic (the maximum of
-// non-negative floats' bits is their float maximum), then each divides for the scale (all
-// eight at once) and rounds its four elements. Two barriers per workgroup, where each
-// invocation rounding whole blocks by itself ran 32 elements and a 26-step division in a row.
-fn stage_row(tok: u32, lidx: u32) {
-    let base = tok * p.k;
-    let words = int8_blocks(p.k) * BLOCK_WORDS;
-    for (var wd = lidx; wd < words; wd = wd + WG) {
-        let v = staged_values(base, wd);
-        atomicMax(&staged_max[wd / BLOCK_WORDS], max(max(abs_bits(v.x), abs_bits(v.y)), max(abs_bits(v.z), abs_bits(v.w))));
-    }
-    workgroupBarrier();
-    for (var wd = lidx; wd < words; wd = wd + WG) {
-        let b = wd / BLOCK_WORDS;
-        let s_bits = act_scale_bits(atomicLoad(&staged_max[b]));
-        staged_codes[wd] = pack4xI8(quantize4(staged_values(base, wd), s_bits));
-        if (wd % BLOCK_WORDS == 0u) {
-            staged_scale[b] = s_bits;
-        }
-    }
-    workgroupBarrier();
-}
-
 // The start of every one-token product entry point (the whole workgroup, in uniform control
 // flow): with ROUND = 2, the norm's scale of the row, exactly as rms_norm.wgsl computes it
-// (the dispatcher picks a norm whose workgroup size is WG and the same reductions); with
-// ROUND = 1 or 2, the row's int8 blocks staged in workgroup memory (stage_row).
+// (the dispatcher picks a norm whose workgroup size is WG and the same reductions).
 fn round_prologue(ids: Ids) {
-    let tok = ids.wid.z;
     if (ROUND == 2u) {
-        norm_inv = inv_rms_of(reduce_add_f32(sum_squares(false, tok * p.k, ids.lidx, p.k), ids), p.k, p.norm_eps);
-    }
-    if (ROUND != 0u) {
-        stage_row(tok, ids.lidx);
+        norm_inv = inv_rms_of(reduce_add_f32(sum_squares(false, 0u, ids.lidx, p.k), ids), p.k, p.norm_eps);
     }
 }
 
 // Block `b` of token `tok`'s x as int8 codes (8 words, element 4j + i in byte i of word j)
-// and its scale s_b: from the scratch buffer (ROUND = 0), or as round_prologue staged it.
+// and its scale s_b.
 struct XBlock {
     codes: array<u32, 8>,
     s: f32,
 }
 
+// ROUND = 1, 2: the (block, token) this invocation rounded last (none yet: no block has
+// that index), and its rounding.
+var<private> last_block: vec2<u32> = vec2<u32>(0xffffffffu, 0xffffffffu);
+var<private> last_rounded: XBlock;
+
+// ROUND = 0: read from the scratch buffer. ROUND = 1, 2: the block's values (normed, as
+// rms_norm.wgsl's `v · inv · w`, for ROUND = 2; 0 past the row), their maximum as an exact
+// integer maximum of |v|'s bits, the scale and the codes by act_quant.wgsl's rules: bit for
+// bit what quantize_blocks or norm_quant_blocks would have written to the scratch buffer.
+// Every product workgroup rounds the blocks it multiplies, so x's row is read once per
+// output row instead of once: linear.rs allows it only where those reads are few.
 fn x_block(tok: u32, b: u32) -> XBlock {
     var r: XBlock;
-    for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
-        if (ROUND == 0u) {
-            r.codes[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
-        } else {
-            r.codes[j] = staged_codes[b * BLOCK_WORDS + j];
-        }
-    }
     if (ROUND == 0u) {
+        for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+            r.codes[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
+        }
         r.s = bitcast<f32>(x[int8_scale_word(p.n, p.k, tok, b)]);
-    } else {
-        r.s = bitcast<f32>(staged_scale[b]);
+        return r;
     }
+    // gemv_multi_rope and gemv_gated compute two rows per workgroup, each invocation the same
+    // blocks for both: the second row takes the first's rounding (short rows: one block).
+    if (tok == last_block.y && b == last_block.x) {
+        return last_rounded;
+    }
+    var v: array<vec4<f32>, 8>;
+    var mx = 0u;
+    for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+        for (var c = 0u; c < 4u; c = c + 1u) {
+            let e = b * ACT_BLOCK + 4u * j + c;
+            var h = 0.0;
+            if (e < p.k) {
+                h = bitcast<f32>(x[tok * p.k + e]);
+                if (ROUND == 2u) {
+                    h = h * norm_inv * ws[e];
+                }
+            }
+            v[j][c] = h;
+        }
+        mx = max(mx, max(max(abs_bits(v[j].x), abs_bits(v[j].y)), max(abs_bits(v[j].z), abs_bits(v[j].w))));
+    }
+    let s_bits = act_scale_bits(mx);
+    for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
+        r.codes[j] = pack4xI8(quantize4(v[j], s_bits));
+    }
+    r.s = bitcast<f32>(s_bits);
+    last_block = vec2<u32>(b, tok);
+    last_rounded = r;
     return r;
 }
 
@@ -424,7 +401,7 @@ fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
     var acc = 0.0;
     for (var b = first; b < int8_blocks(p.k); b = b + stride) {
         // The weight block's words and scales first, x's block after: the weight's loads are
-        // in flight while x's are.
+        // in flight while x's are (and, when the product rounds x itself, while it rounds).
         let off = block_at(row, b);
         var c: array<u32, 8>;
         if (DTYPE == DT_Q8_0) {
