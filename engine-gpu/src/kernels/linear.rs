@@ -176,27 +176,28 @@ impl Rounding {
     }
 }
 
-/// The most bytes of x (and of the norm's weight) that the products rounding their own x
-/// ([`Rounding::InProduct`]) may read in all: each product workgroup reads the whole row of
-/// x (`4k` bytes; `8k` with the norm's weight), where a rounding dispatch read it once. From
-/// cache, 16 MiB take about 2 µs of an H100's L2 bandwidth, spread over the product's
-/// workgroups, against the 6–11 µs a rounding dispatch cost there on SmolLM2
-/// (`quantize_blocks`, `norm_quant_blocks`). So SmolLM2's projections (gate and up: 1536
-/// workgroups of 576-wide rows, 7 MB) round in the product; a 2048-wide model's do not.
-const IN_PRODUCT_MAX_BYTES: u64 = 16 << 20;
+/// The most elements that the products rounding their own x ([`Rounding::InProduct`]) may
+/// round in all, `m · k` (a paired gate and up once): every product workgroup rounds the
+/// whole row of x (and normalizes it first after an RMS_NORM), where a rounding dispatch did
+/// it once, so this work grows with the rows times the row length. Measured on an H100
+/// (docs/benchmarks.md, fourteenth session), SmolLM2's families in ms per decode token
+/// against the products plus the rounding dispatches they replace: q/k/v after the norm
+/// (960 × 576 = 553 k elements) 0.555 against 0.673, so rounding there pays; gate and up
+/// after the norm (1536 × 576 = 885 k) 0.754 against 0.690, and down (576 × 1536 = 885 k)
+/// about 0.02 ms more, so there it does not.
+const IN_PRODUCT_MAX_ELEMENTS: u64 = 640 * 1024;
 
 /// Whether the one-token LINEARs `ls` (one x) can each round their own x's int8 blocks
 /// ([`Rounding::InProduct`]), after RMS_NORM `norm` (which writes that x, its output
 /// otherwise unread) when given: a GPU (a CPU adapter pays the repeated rounding on its
-/// cores, and takes `gemv_rows`), one-token INT8 products, few repeated reads
-/// ([`IN_PRODUCT_MAX_BYTES`]; `paired`: a gate and an up product, a row of each per
+/// cores, and takes `gemv_rows`), one-token INT8 products, little repeated rounding
+/// ([`IN_PRODUCT_MAX_ELEMENTS`]; `paired`: a gate and an up product, a row of each per
 /// workgroup); with a norm, rows whose RMS_NORM runs with `gemv`'s workgroup size (so the
 /// product computes its scale as RMS_NORM does) and one weight row length.
 pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&RmsNorm>, paired: bool) -> bool {
     if ctx.caps.cpu || ls.is_empty() {
         return false;
     }
-    let row_reads = if norm.is_some() { 2 } else { 1 };
     let mut extra = 0u64;
     for (i, l) in ls.iter().enumerate() {
         let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return false };
@@ -212,10 +213,10 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
             }
         }
         if !(paired && i > 0) {
-            extra = extra.saturating_add(4 * row_reads * (m as u64) * (k as u64));
+            extra = extra.saturating_add((m as u64) * (k as u64));
         }
     }
-    extra <= IN_PRODUCT_MAX_BYTES
+    extra <= IN_PRODUCT_MAX_ELEMENTS
 }
 
 /// The dispatches of one LINEAR.
