@@ -721,14 +721,13 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
         for (portable, gpu) in [(false, false), (true, false), (false, true), (true, true)] {
             let (fused, unfused, _, fk, uk) = fused_and_unfused_on(Kernels { portable, gpu }, &inputs, &[], &build);
             let what = format!("{dtype} n={n} k={k} in place={inplace} portable={portable} gpu={gpu}");
-
             assert_bits(&fused, &unfused, &what).unwrap_or_else(|e| panic!("{e}"));
             let entry = if inplace { ":norm_quant_blocks_inplace" } else { ":norm_quant_blocks" };
             assert!(fk[0].ends_with(entry), "{what}: {fk:?}");
             assert!(!fk.iter().any(|f| f.ends_with(":quantize_blocks")), "{what}: {fk:?}");
             // Unfused: the norm, then a rounding and a product per LINEAR, or, where a GPU's
-            // one-token Q8_0 products round their own x (linear.rs, rounds_in_product: 2.4 MB
-            // of repeated reads at most here), the norm and the products. Fused: the norm
+            // one-token Q8_0 products round their own x (linear.rs, rounds_in_product: 37 ×
+            // 8224 elements at most here, under its bound), the norm and the products. Fused: the norm
             // with the rounding (its output is also the program's), then the products (one
             // dispatch at one token).
             let in_product = (gpu || !cpu_adapter()) && n == 1 && dtype == DType::Q8_0;

@@ -182,8 +182,8 @@ impl Rounding {
 /// it once, so this work grows with the rows times the row length. Measured on an H100
 /// (docs/benchmarks.md, fourteenth session), SmolLM2's families in ms per decode token
 /// against the products plus the rounding dispatches they replace: q/k/v after the norm
-/// (960 × 576 = 553 k elements) 0.555 against 0.673, so rounding there pays; gate and up
-/// after the norm (1536 × 576 = 885 k) 0.754 against 0.690, and down (576 × 1536 = 885 k)
+/// (960 × 576 = 553 k elements) 0.55 against 0.67, so rounding there pays; gate and up
+/// after the norm (1536 × 576 = 885 k) 0.75 against 0.69, and down (576 × 1536 = 885 k)
 /// about 0.02 ms more, so there it does not.
 const IN_PRODUCT_MAX_ELEMENTS: u64 = 640 * 1024;
 
