@@ -52,6 +52,14 @@ pub fn gpu_tests_skipped() -> bool {
     false
 }
 
+/// A GPU engine with `options`. Panics (failing the test) with instructions when no adapter
+/// exists.
+pub fn new_gpu_engine(options: &GpuOptions) -> GpuEngine {
+    GpuEngine::new(options).unwrap_or_else(|e| {
+        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
+    })
+}
+
 /// The process-wide GPU pair, created on first use. Panics (failing the test) with
 /// instructions when no adapter exists.
 pub fn pair() -> MutexGuard<'static, Pair> {
@@ -116,9 +124,7 @@ pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
 }
 
 fn new_pair(options: GpuOptions) -> Mutex<Pair> {
-    let gpu = GpuEngine::new(&options).unwrap_or_else(|e| {
-        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-    });
+    let gpu = new_gpu_engine(&options);
     eprintln!("GPU tests on {} ({:?})", gpu.context().describe(), gpu.context().capabilities());
     Mutex::new(Pair { engine: gpu, reference: RefEngine::new(), case: 0 })
 }

@@ -8,12 +8,10 @@
 use purebee_engine_gpu::{GpuEngine, GpuOptions};
 use purebee_engine_ref::RefEngine;
 use purebee_tests::bitnet_checks::{assert_ternary_rules, case_logits, check_f32_model, check_ternary_model, CASES};
-use purebee_tests::differential::gpu_tests_skipped;
+use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
 
 fn gpu() -> GpuEngine {
-    GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
-        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-    })
+    new_gpu_engine(&GpuOptions::default())
 }
 
 #[test]

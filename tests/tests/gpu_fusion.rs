@@ -726,10 +726,10 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
             assert!(fk[0].ends_with(entry), "{what}: {fk:?}");
             assert!(!fk.iter().any(|f| f.ends_with(":quantize_blocks")), "{what}: {fk:?}");
             // Unfused: the norm, then a rounding and a product per LINEAR, or, where a GPU's
-            // one-token Q8_0 products round their own x (linear.rs, rounds_in_product: 37 ×
-            // 8224 elements at most here, under its bound), the norm and the products. Fused: the norm
-            // with the rounding (its output is also the program's), then the products (one
-            // dispatch at one token).
+            // one-token Q8_0 products round their own x (linear.rs, rounds_in_product: at most
+            // 37 × 8224 elements here, under its bound), the norm and the products. Fused:
+            // the norm with the rounding (its output is also the program's), then the
+            // products (one dispatch at one token).
             let in_product = (gpu || !cpu_adapter()) && n == 1 && dtype == DType::Q8_0;
             assert_eq!(uk.len(), if in_product { 4 } else { 7 }, "{what}: {uk:?}");
             assert_eq!(fk.len(), if n == 1 { 2 } else { 4 }, "{what}: {fk:?}");

@@ -35,7 +35,7 @@ use purebee_isa::ops::{quantize_blocks, LinearActivations, LINEAR_ACT_BLOCK};
 use purebee_isa::{DType, Engine, Program, ProgramBuilder, TensorId};
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
-use purebee_tests::differential::gpu_tests_skipped;
+use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
 
@@ -194,11 +194,7 @@ fn engines() -> Vec<(&'static str, GpuEngine)> {
     if gpu_tests_skipped() {
         return vec![];
     }
-    let new = |o: GpuOptions| {
-        GpuEngine::new(&o).unwrap_or_else(|e| {
-            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-        })
-    };
+    let new = |o: GpuOptions| new_gpu_engine(&o);
     let default = new(GpuOptions::default());
     eprintln!("GPU tests on {} ({:?})", default.context().describe(), default.context().capabilities());
     vec![

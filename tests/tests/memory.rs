@@ -5,11 +5,11 @@
 //! wrong run-time parameters, and (CPU) for an EMBED id past the vocabulary. The values must
 //! be bit-identical to the reference engine's, and the errors equal to its errors.
 
-use purebee_engine_gpu::{GpuEngine, GpuOptions};
+use purebee_engine_gpu::GpuOptions;
 use purebee_engine_ref::RefEngine;
 use purebee_isa::{DType, Engine, ExecError, ParamValue, ProgramBuilder};
 use purebee_memory::{HostTensor, MemoryError, Shape};
-use purebee_tests::differential::{cpu_levels, gpu_tests_skipped, new_cpu_engine};
+use purebee_tests::differential::{cpu_levels, gpu_tests_skipped, new_cpu_engine, new_gpu_engine};
 
 /// The engines to check, each with a label: the reference engine first, then the CPU engine
 /// on every SIMD path this CPU runs, then the GPU engine (unless GPU tests are skipped).
@@ -19,9 +19,7 @@ fn engines() -> Vec<(String, Box<dyn Engine>)> {
         engines.push((format!("cpu ({level})"), Box::new(new_cpu_engine(level))));
     }
     if !gpu_tests_skipped() {
-        let gpu = GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
-            panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-        });
+        let gpu = new_gpu_engine(&GpuOptions::default());
         engines.push(("gpu".into(), Box::new(gpu)));
     }
     engines

@@ -12,7 +12,7 @@ use purebee_engine_ref::RefEngine;
 use purebee_isa::{DispatchCounters, Engine};
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::{generate, generate_reusing_cache, Generator, Model, ModelError, Session, StopReason};
-use purebee_tests::differential::gpu_tests_skipped;
+use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
 use purebee_tests::watched::WatchedRef;
 use purebee_tests::{case_ids, greedy_ignoring_eos as greedy, tiny};
 
@@ -94,7 +94,7 @@ fn on_the_gpu_a_decode_step_runs_ahead_in_one_submit() {
     if gpu_tests_skipped() {
         return;
     }
-    let gpu = GpuEngine::new(&GpuOptions::default()).expect("GPU tests need a wgpu adapter");
+    let gpu = new_gpu_engine(&GpuOptions::default());
     assert!(gpu.reads_overlap());
     let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
     let want = case_ids(MODEL, "p16", "llamacpp_greedy_ids");

@@ -26,14 +26,14 @@
 //! not compared past step 3 (llama.cpp's F16 KV run moved that margin to 0.061).
 
 use purebee_engine_cpu::{CpuEngine, CpuOptions, SimdLevel};
-use purebee_engine_gpu::{GpuEngine, GpuOptions};
+use purebee_engine_gpu::GpuOptions;
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::{generate, GenerateOptions, LogitsRows, Model, QuantizedActivations, StopReason};
-use purebee_tests::differential::gpu_tests_skipped;
+use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
 use purebee_tests::{fixtures_dir, read_npy, smollm2_gguf};
 
 /// Bounds of teacher-forced logits vs llama.cpp (see the module doc for why).
@@ -259,7 +259,7 @@ fn smollm2_on_the_gpu_engine_matches_llama_cpp_and_the_reference_engine() {
     if gpu_tests_skipped() {
         return;
     }
-    check_against_reference(&path, "GPU", || gpu_engine(GpuOptions::default()));
+    check_against_reference(&path, "GPU", || new_gpu_engine(&GpuOptions::default()));
 }
 
 /// The same with the kernels a GPU chooses (`GpuOptions::gpu_kernels`), whatever the adapter:
@@ -273,15 +273,8 @@ fn smollm2_with_a_gpus_kernels_matches_llama_cpp_and_the_reference_engine() {
         return;
     }
     check_against_reference(&path, "GPU (a GPU's kernels)", || {
-        gpu_engine(GpuOptions { gpu_kernels: true, ..GpuOptions::default() })
+        new_gpu_engine(&GpuOptions { gpu_kernels: true, ..GpuOptions::default() })
     });
-}
-
-/// A GPU engine with `options`; fails the test with instructions when no adapter exists.
-fn gpu_engine(options: GpuOptions) -> GpuEngine {
-    GpuEngine::new(&options).unwrap_or_else(|e| {
-        panic!("GPU tests need a wgpu adapter: {e}\n(set PUREBEE_SKIP_GPU_TESTS=1 to opt out explicitly)")
-    })
 }
 
 #[test]

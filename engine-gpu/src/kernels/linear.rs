@@ -198,7 +198,7 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
     if ctx.caps.cpu || ls.is_empty() {
         return false;
     }
-    let mut extra = 0u64;
+    let mut rounded = 0u64;
     for (i, l) in ls.iter().enumerate() {
         let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return false };
         let (m, k) = (w.shape.rows(), w.shape.cols());
@@ -213,10 +213,10 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
             }
         }
         if !(paired && i > 0) {
-            extra = extra.saturating_add((m as u64) * (k as u64));
+            rounded = rounded.saturating_add((m as u64) * (k as u64));
         }
     }
-    extra <= IN_PRODUCT_MAX_ELEMENTS
+    rounded <= IN_PRODUCT_MAX_ELEMENTS
 }
 
 /// The dispatches of one LINEAR.
