@@ -143,6 +143,15 @@ pub(crate) enum Pattern {
     /// 17 with them, 13 for LINEARs. k and v are written only when those writes are not
     /// dead; q always (its ROPE's write is the one ATTENTION reads).
     RopeEpilogue,
+    /// RMS_NORM(h, x) immediately followed by one-token LINEARs with f32 activations reading
+    /// `h` (Q4_0, Q4_1, Q8_0 or float weights), on a GPU: the norm has no dispatch at all.
+    /// Each product workgroup computes the norm's scale with RMS_NORM's own code (its
+    /// workgroup size and reductions) and multiplies `h_i = x_i · inv · w_i`, RMS_NORM's own
+    /// expression: bit-identical. Needs `h`'s write to be dead, x unwritten by the group,
+    /// rows whose RMS_NORM runs with `gemv`'s workgroup size, and no LM head after it (a
+    /// workgroup per vocabulary row would repeat the norm that often); otherwise the norm
+    /// stays on its own (`linear::rounds_in_product`).
+    NormInProduct,
     /// ATTENTION(o, ·) immediately followed by LINEARs reading `o` with int8-block
     /// activations (the o projection after attention): the merge of the attention's splits
     /// (`attention.wgsl`'s `combine_rounded`) also rounds each head's blocks into the
@@ -243,7 +252,8 @@ impl QuantGroup {
 /// it to int8 blocks for them, so that no product rounds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Rounder {
-    /// An RMS_NORM ([`Pattern::NormQuantization`]).
+    /// An RMS_NORM ([`Pattern::NormQuantization`]; [`Pattern::NormInProduct`] before f32
+    /// activations).
     Norm(NormPart),
     /// The ATTENTION at this index, whose merge rounds ([`Pattern::AttentionRounding`]).
     Attention(usize),
@@ -291,6 +301,7 @@ impl LinearGroup {
             p.push(Pattern::SharedQuantization);
         }
         p.extend(self.rounder.map(|r| match r {
+            Rounder::Norm(_) if !self.int8 => Pattern::NormInProduct,
             Rounder::Norm(_) => Pattern::NormQuantization,
             Rounder::Attention(_) => Pattern::AttentionRounding,
         }));
@@ -420,9 +431,7 @@ pub(crate) fn record_linear(
     for l in &ls {
         xhat |= linear::reads_xhat(ctx, l);
     }
-    // The products round x themselves where that is cheaper than a dispatch (never before
-    // the LM head's ARGMAX: a workgroup per vocabulary row would read x that many times).
-    let head = matches!(g.tail, Some(TailPart { epilogue: Epilogue::Argmax { .. }, .. }));
+    let head = is_head(g);
     let paired = g.merged && g.tail.is_some();
     // The group's rounding: the rounder's, the products' own, or the first product's.
     let rounding = match g.rounder {
@@ -430,14 +439,14 @@ pub(crate) fn record_linear(
             let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
                 return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
             };
-            // The products would read the norm's input while the group's kernels write their
-            // outputs: none of those may be it.
-            let input_kept = !instructions[n.index + 1..g.range().end].iter().any(|i| writes(i, norm.x));
-            if !n.write_out && !head && input_kept && linear::rounds_in_product(ctx, &ls, Some(norm), paired) {
+            if norm_in_products(ctx, instructions, g, norm, &ls) {
                 linear::Rounding::InProduct { norm: Some(linear::ProductNorm::of(norm)) }
-            } else {
+            } else if g.int8 {
                 calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
                 linear::Rounding::Done
+            } else {
+                // linear_group_at groups a norm before f32 activations only when the products apply it.
+                return Err(GpuError::Wgpu(format!("fusion plan: RMS_NORM {} has no products to apply it", n.index)));
             }
         }
         Some(Rounder::Attention(i)) => {
@@ -479,16 +488,47 @@ pub(crate) fn record_linear(
     Ok(calls)
 }
 
+/// Whether group `g` ends with the LM head's ARGMAX.
+fn is_head(g: &LinearGroup) -> bool {
+    matches!(g.tail, Some(TailPart { epilogue: Epilogue::Argmax { .. }, .. }))
+}
+
+/// Whether the products `ls` of group `g` apply its RMS_NORM `norm` themselves, the norm
+/// without a dispatch of its own ([`linear::Rounding::InProduct`]): its output unread but by
+/// them, its input unwritten by the group (the products read it while the group's kernels
+/// write their outputs), not before the LM head's ARGMAX (a workgroup per vocabulary row would
+/// repeat it that often), and [`linear::rounds_in_product`].
+fn norm_in_products(
+    ctx: &RecordCtx,
+    instructions: &[Instruction],
+    g: &LinearGroup,
+    norm: &RmsNorm,
+    ls: &[&Linear],
+) -> bool {
+    let Some(Rounder::Norm(n)) = g.rounder else { return false };
+    let input_kept =
+        instructions.get(n.index + 1..g.range().end).is_some_and(|is| !is.iter().any(|i| writes(i, norm.x)));
+    !n.write_out
+        && !is_head(g)
+        && input_kept
+        && linear::rounds_in_product(ctx, ls, Some(norm), g.merged && g.tail.is_some())
+}
+
 /// The LINEAR group starting at instruction `i`, if one does and fuses anything.
 fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
     // The instruction at i that rounds x for the products, if it is not the first product.
+    #[derive(Clone, Copy)]
     enum Before<'a> {
         Norm(&'a RmsNorm),
         Attention,
     }
     let before = match instructions.get(i)? {
         Instruction::RmsNorm(n) => match instructions.get(i + 1) {
-            Some(Instruction::Linear(l)) if l.x == n.out && block_norm_fusable(ctx, n, l) => Some(Before::Norm(n)),
+            Some(Instruction::Linear(l))
+                if l.x == n.out && (block_norm_fusable(ctx, n, l) || l.activations == LinearActivations::F32) =>
+            {
+                Some(Before::Norm(n))
+            }
             _ => return None,
         },
         Instruction::Attention(a) => match instructions.get(i + 1) {
@@ -543,6 +583,18 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
         None
     };
     let g = LinearGroup { rounder, linears, tail, int8, merged, rope };
+    if let (false, Some(Before::Norm(n))) = (int8, before) {
+        // Before f32 activations a norm joins only products that apply it
+        // (Pattern::NormInProduct); otherwise it keeps its own dispatch, and the products
+        // may form a group from i + 1.
+        let ls = all_of(instructions, &g.linears, |i| match i {
+            Instruction::Linear(l) => Some(l),
+            _ => None,
+        })?;
+        if !norm_in_products(ctx, instructions, &g, n, &ls) {
+            return None;
+        }
+    }
     (!g.patterns().is_empty()).then_some(g)
 }
 
@@ -1371,7 +1423,7 @@ mod tests {
         use Pattern::*;
         // The block runtime/src/forward.rs writes for float or block-quantized weights (the
         // attention part stood in for by an ADD), with f32 or int8-block activations.
-        let build = |acts: LinearActivations, limits: &Limits| {
+        let build = |acts: LinearActivations, limits: &Limits, cpu: bool| {
             let mut reg = Registry::new();
             let mut b = ProgramBuilder::new("p", &mut reg);
             let (f, d, ff) = (DType::F32, 64, 96);
@@ -1403,11 +1455,12 @@ mod tests {
             b.linear_with(proj, gate, wdn, acts).expect("valid");
             b.add(x, x, proj).expect("valid");
             let p = b.finish();
-            plan(&ctx(&reg), limits, p.instructions())
+            let caps = Capabilities { cpu, ..Capabilities::default() };
+            plan(&RecordCtx { caps, ..ctx(&reg) }, limits, p.instructions())
         };
         // 8 storage buffers: the products stay separate dispatches (gemv_multi binds 10,
         // gemv_gated 9).
-        let int8 = build(LinearActivations::Int8Blocks, &LIMITS);
+        let int8 = build(LinearActivations::Int8Blocks, &LIMITS, false);
         let want = [
             SharedQuantization,
             NormQuantization,
@@ -1420,19 +1473,29 @@ mod tests {
         assert_eq!(int8.patterns(), want);
         // RMS_NORM + q/k/v, ADD(att), o + add, RMS_NORM + gate/up + act + mul, down + add.
         assert_eq!(int8.units.len(), 5);
-        // f32 activations: q, k and v share nothing, and the norms are not fused.
-        let f32 = build(LinearActivations::F32, &LIMITS);
+        // f32 activations: q, k and v share no rounding, but each applies the first norm
+        // itself (the second norm overwrites h unread); the second norm writes h for the
+        // last time in the program (the host may read it), so it keeps its dispatch.
+        let f32 = build(LinearActivations::F32, &LIMITS, false);
+        assert_eq!(f32.patterns(), [NormInProduct, ResidualEpilogue, ActMulEpilogue, ResidualEpilogue]);
+        // RMS_NORM + q, k, v; ADD(att); o + add; RMS_NORM; gate/up + act + mul; down + add.
+        assert_eq!(f32.units.len(), 6);
+        // A CPU adapter's products leave every norm its own dispatch.
+        let f32 = build(LinearActivations::F32, &LIMITS, true);
         assert_eq!(f32.patterns(), [ResidualEpilogue, ActMulEpilogue, ResidualEpilogue]);
         assert_eq!(f32.units.len(), 9);
         // 16 storage buffers: q, k and v in one dispatch, gate and up in another.
         let wide = Limits { max_storage_buffers: 16 };
-        let int8 = build(LinearActivations::Int8Blocks, &wide);
+        let int8 = build(LinearActivations::Int8Blocks, &wide, false);
         let merged: Vec<Pattern> =
             int8.patterns().into_iter().filter(|p| [MultiProduct, GatedPair].contains(p)).collect();
         assert_eq!(merged, [MultiProduct, GatedPair]);
-        let f32 = build(LinearActivations::F32, &wide);
-        assert_eq!(f32.patterns(), [MultiProduct, ResidualEpilogue, ActMulEpilogue, GatedPair, ResidualEpilogue]);
-        assert_eq!(f32.units.len(), 7);
+        let f32 = build(LinearActivations::F32, &wide, false);
+        assert_eq!(
+            f32.patterns(),
+            [NormInProduct, MultiProduct, ResidualEpilogue, ActMulEpilogue, GatedPair, ResidualEpilogue]
+        );
+        assert_eq!(f32.units.len(), 6);
     }
 
     #[test]

@@ -581,8 +581,9 @@ proptest! {
 /// int8-block activations (Q8_0) and f32 ones (F16), at position 1 (one tile of cache:
 /// ATTENTION in one dispatch) and 70 (three tiles: its positions split, and merged by
 /// `combine`, or by `combine_rounded` with int8 blocks), with the kernels of the adapter and
-/// with a GPU's (whose one-token INT8 products round their own x, after the norm, so that
-/// no norm or rounding dispatch is left in the layer).
+/// with a GPU's (whose one-token INT8 products round their own x, after the norm, and whose
+/// one-token products of f32 activations apply the norm themselves, so that no norm or
+/// rounding dispatch is left in the layer).
 #[test]
 fn llama_layer_dispatches_are_fused() {
     if gpu_tests_skipped() {
@@ -600,10 +601,11 @@ fn llama_layer_dispatches_are_fused() {
         assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
         eprintln!("{dtype} {acts:?} {kernels:?}:\n unfused: {uk:?}\n fused: {fk:?}");
         let int8 = acts == LinearActivations::Int8Blocks;
-        // A GPU's one-token INT8 products round their own x (after the norm) where a CPU
-        // adapter's take a rounding dispatch (linear.rs: rounds_in_product).
+        // A GPU's one-token INT8 products round their own x (after the norm), and its
+        // products of f32 activations apply the norm, where a CPU adapter's take a rounding
+        // or norm dispatch (linear.rs: rounds_in_product).
         let gpu_kernels = gpu || !cpu_adapter();
-        let in_product = int8 && gpu_kernels;
+        let in_product = gpu_kernels;
         // The head: the final norm (with the int8-block rounding), the product with the
         // ARGMAX's first pass, its second pass. Unfused: the norm, (the rounding,) the
         // product, the ARGMAX.
@@ -625,9 +627,9 @@ fn llama_layer_dispatches_are_fused() {
             fk_layers[..(fk_layers.len() - kept_norm) / LLAMA_LAYERS].iter().map(|s| s.as_str()).collect();
         let mut second: Vec<&str> = fk_layers[per_layer.len()..].iter().map(|s| s.as_str()).collect();
         if in_product {
-            let at = second.iter().position(|s| s.ends_with(":norm_quant_blocks"));
+            let at = second.iter().position(|s| s.ends_with(norm_entry));
             assert_eq!(at.map(|i| second[i + 1].ends_with(":gemv_gated")), Some(true), "{second:?}");
-            second.retain(|s| !s.ends_with(":norm_quant_blocks"));
+            second.retain(|s| !s.ends_with(norm_entry));
         }
         assert_eq!(per_layer, second, "both layers alike");
         let count = |k: &str| per_layer.iter().filter(|s| s.ends_with(k)).count();
@@ -635,6 +637,7 @@ fn llama_layer_dispatches_are_fused() {
         // o unless the attention's merge rounds it (or, on a GPU, the products round it).
         let split = pos > 32;
         assert_eq!(count(":norm_quant_blocks"), if int8 && !in_product { 2 } else { 0 }, "{per_layer:?}");
+        assert_eq!(count(":rms_norm"), if !int8 && !in_product { 2 } else { 0 }, "{per_layer:?}");
         let rounding_dispatches = if in_product { 0 } else { 2 - usize::from(split) };
         assert_eq!(count(":quantize_blocks"), if int8 { rounding_dispatches } else { 0 }, "{per_layer:?}");
         assert_eq!(count(":combine_rounded"), usize::from(int8 && split), "{per_layer:?}");
@@ -650,15 +653,17 @@ fn llama_layer_dispatches_are_fused() {
         // Unfused: norm, 7 × (rounding +) product, 2 ROPE, 2 KV_WRITE, attention, 2 adds,
         // norm, SILU, ELEMENT_MUL. Fused: norm (+ rounding), q/k/v + ROPE + KV_WRITE,
         // attention (+ the rounding, when its merge runs), (rounding +) o, norm (+ rounding),
-        // gate/up, (rounding +) down; with a GPU's INT8 products, none of the norms and
-        // roundings outside the attention.
+        // gate/up, (rounding +) down; with a GPU's products, none of the norms and roundings
+        // outside the attention.
         let attention = per_layer.iter().filter(|s| s.contains("attention.wgsl")).count();
         assert_eq!(attention, 1 + usize::from(split), "{per_layer:?}");
         let (unfused_want, fused_want) = match (int8, in_product) {
             // Seven LINEARs rounding their own x; four products.
             (true, true) => (17, 4),
             (true, false) => (24, 8 - usize::from(split)),
-            (false, _) => (17, 6),
+            // The products apply both norms.
+            (false, true) => (17, 4),
+            (false, false) => (17, 6),
         };
         assert_eq!(
             (uk_layers.len() / LLAMA_LAYERS, per_layer.len()),
@@ -737,17 +742,11 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
     }
 }
 
-/// LINEAR's patterns against the reference engine on exact data: integer activations with
-/// max |x| = 127 in every block of 32 (so int8 blocks round nothing: s_b = 1), integer
-/// weights (F16) or Q8_0 codes with d = 1, small residuals in multiples of 1/8: every
-/// product, sum, add, square and multiply is exact or one correctly rounded f32 operation
-/// on both engines, so the outputs must be equal (±0 compare equal). (RELU2 stands in for
-/// SILU, whose own tolerance the elementwise tests hold; the fused SILU is elementwise.wgsl's
-/// bit for bit, as the layer tests show.)
 /// A norm whose input the group's own kernels write: RMS_NORM(h, x) ; LINEAR(p, h, W) ;
-/// TENSOR_ADD(x, x, p), twice (x = x + W·norm(x), h's first write dead). With a GPU's
-/// kernels the product would read x to normalize it while its residual epilogue writes x,
-/// so the norm keeps its own dispatch there; the same bits as unfused either way.
+/// TENSOR_ADD(x, x, p), twice (x = x + W·norm(x), h's first write dead), with int8-block
+/// and f32 activations. With a GPU's kernels the product would read x to normalize it while
+/// its residual epilogue writes x, so the norm keeps its own dispatch there; the same bits
+/// as unfused either way.
 #[test]
 fn a_norm_whose_input_the_group_writes_keeps_its_dispatch() {
     if gpu_tests_skipped() {
@@ -762,28 +761,39 @@ fn a_norm_whose_input_the_group_writes_keeps_its_dispatch() {
         ("nw".to_string(), vector("nw", randn(&mut rng, k, 1.0))),
         ("w".to_string(), w),
     ];
-    let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
-        let [x, nw, w] = ids[..] else {
-            return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+    for (acts, norm_entry) in
+        [(LinearActivations::Int8Blocks, ":norm_quant_blocks"), (LinearActivations::F32, ":rms_norm")]
+    {
+        let build = |b: &mut ProgramBuilder, name: &dyn Fn(&str) -> String, ids: &[TensorId]| {
+            let [x, nw, w] = ids[..] else {
+                return Err(IsaError::Invalid { op: "test", reason: "inputs".to_string() });
+            };
+            let h = b.alloc(&name("h"), DType::F32, &[1, k])?;
+            let p = b.alloc(&name("p"), DType::F32, &[1, k])?;
+            for _ in 0..2 {
+                b.rms_norm(h, x, nw, 1e-5)?;
+                b.linear_with(p, h, w, acts)?;
+                b.add(x, x, p)?;
+            }
+            Ok(vec![x, h, p])
         };
-        let h = b.alloc(&name("h"), DType::F32, &[1, k])?;
-        let p = b.alloc(&name("p"), DType::F32, &[1, k])?;
-        for _ in 0..2 {
-            b.rms_norm(h, x, nw, 1e-5)?;
-            b.linear_with(p, h, w, LinearActivations::Int8Blocks)?;
-            b.add(x, x, p)?;
+        for gpu in [false, true] {
+            let kernels = Kernels { portable: false, gpu };
+            let (fused, unfused, _, fk, _) = fused_and_unfused_on(kernels, &inputs, &[], &build);
+            assert_bits(&fused, &unfused, &format!("{acts:?} {kernels:?}")).unwrap_or_else(|e| panic!("{e}"));
+            let norms = fk.iter().filter(|f| f.ends_with(norm_entry)).count();
+            assert_eq!(norms, 2, "{acts:?} {kernels:?}: {fk:?}");
         }
-        Ok(vec![x, h, p])
-    };
-    for gpu in [false, true] {
-        let kernels = Kernels { portable: false, gpu };
-        let (fused, unfused, _, fk, _) = fused_and_unfused_on(kernels, &inputs, &[], &build);
-        assert_bits(&fused, &unfused, &format!("{kernels:?}")).unwrap_or_else(|e| panic!("{e}"));
-        let norms = fk.iter().filter(|f| f.ends_with(":norm_quant_blocks")).count();
-        assert_eq!(norms, 2, "{kernels:?}: {fk:?}");
     }
 }
 
+/// LINEAR's patterns against the reference engine on exact data: integer activations with
+/// max |x| = 127 in every block of 32 (so int8 blocks round nothing: s_b = 1), integer
+/// weights (F16) or Q8_0 codes with d = 1, small residuals in multiples of 1/8: every
+/// product, sum, add, square and multiply is exact or one correctly rounded f32 operation
+/// on both engines, so the outputs must be equal (±0 compare equal). (RELU2 stands in for
+/// SILU, whose own tolerance the elementwise tests hold; the fused SILU is elementwise.wgsl's
+/// bit for bit, as the layer tests show.)
 #[test]
 fn linear_patterns_match_the_reference_exactly() {
     if gpu_tests_skipped() {

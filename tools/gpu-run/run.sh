@@ -15,6 +15,7 @@
 # llama.cpp's llama-bench on the 2B and SmolLM2 to each A/B round (ab_llama.txt); AB_CTX=N
 # gives our binaries an N-row KV cache (bench -c N); AB_MODELS="tq2_0 smol" limits the A/B to
 # those files (default: tq2_0 smol tq2_0_q8head tiny30).
+# AB_F32=1 adds every binary again with --f32-activations (`<name>-f32`).
 set -u
 R=$PWD
 O=${OUT:-/tmp/out}
@@ -140,6 +141,11 @@ fi
 if [ -d $P/ab ]; then
   BINS=("main:$PB")
   for d in $P/ab/*/; do BINS+=("$(basename "$d"):$d/purebee-rs"); done
+  # AB_F32=1: every binary once more as `<name>-f32`, with --f32-activations (LINEAR
+  # without the int8-block rounding of x: SmolLM2's products read f32 activations).
+  if [ "${AB_F32:-0}" = 1 ]; then for nb in "${BINS[@]}"; do BINS+=("${nb%%:*}-f32:${nb#*:}"); done; fi
+  # The flags an A/B entry adds to bench and run.
+  flags() { case "$1" in *-f32) echo --f32-activations ;; esac; }
   if [ "$SMALL" = 1 ]; then AA="-p 32 -n 8 -r 1"; else AA="-p 512 -n 128 -r 2"; fi
   # AB_CTX=N: our binaries' KV cache N rows long (bench's -c), as `run` sizes it (the
   # model's context, at most 4096) rather than the prompt plus the decode.
@@ -150,7 +156,7 @@ if [ -d $P/ab ]; then
     for m in ${AB_MODELS:-tq2_0 smol tq2_0_q8head tiny30}; do
       for nb in "${ORDER[@]}"; do
         log ab ${nb%%:*} $m round $r
-        echo "${nb%%:*} $m $r $(${nb#*:} bench $M/$m.gguf --engine gpu $AO --output json 2>/dev/null | tr -d '\n')" >> "$O/ab.txt"
+        echo "${nb%%:*} $m $r $(${nb#*:} bench $M/$m.gguf --engine gpu $AO $(flags ${nb%%:*}) --output json 2>/dev/null | tr -d '\n')" >> "$O/ab.txt"
       done
       # AB_LLAMA=1: llama.cpp on the same shapes in the same rounds (the 2B under the name
       # `bitnet`, see step 1).
@@ -169,14 +175,14 @@ if [ -d $P/ab ]; then
   # differently may change a token of these random-weight models, which then says where.
   for m in tq2_0 smol; do
     for nb in "${BINS[@]}"; do
-      t=$(${nb#*:} run $M/$m.gguf --engine gpu --tokens 1,2,3 -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum | cut -c1-12)
+      t=$(${nb#*:} run $M/$m.gguf --engine gpu $(flags ${nb%%:*}) --tokens 1,2,3 -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum | cut -c1-12)
       echo "agree $m ${nb%%:*} $t" | tee -a "$O/ab_agree.txt"
     done
   done
   for nb in "${BINS[@]}"; do
     for m in tq2_0 smol; do
       log ab profile ${nb%%:*} $m
-      ${nb#*:} bench $M/$m.gguf --engine gpu $AO --profile > "$O/ab_profile_${nb%%:*}_$m.txt" 2>&1
+      ${nb#*:} bench $M/$m.gguf --engine gpu $AO $(flags ${nb%%:*}) --profile > "$O/ab_profile_${nb%%:*}_$m.txt" 2>&1
     done
   done
 fi

@@ -146,7 +146,9 @@ pub(crate) enum Rounding {
     Here { xhat: bool },
     /// No rounding dispatch: the one-token INT8 product rounds the blocks of x it multiplies
     /// itself (`ROUND` in linear.wgsl), after `norm` when there is one (the RMS_NORM that
-    /// writes x, whose own dispatch is then skipped). Only where [`rounds_in_product`] says.
+    /// writes x, whose own dispatch is then skipped). With f32 activations there is nothing
+    /// to round: the one-token product only applies `norm` (always given then) to each
+    /// element it multiplies. Only where [`rounds_in_product`] says.
     InProduct { norm: Option<ProductNorm> },
 }
 
@@ -193,7 +195,11 @@ const IN_PRODUCT_MAX_ELEMENTS: u64 = 640 * 1024;
 /// cores, and takes `gemv_rows`), one-token INT8 products, little repeated rounding
 /// ([`IN_PRODUCT_MAX_ELEMENTS`]; `paired`: a gate and an up product, a row of each per
 /// workgroup); with a norm, rows whose RMS_NORM runs with `gemv`'s workgroup size (so the
-/// product computes its scale as RMS_NORM does) and one weight row length.
+/// product computes its scale as RMS_NORM does) and one weight row length. Likewise
+/// one-token products with f32 activations after a norm, which only apply it: no
+/// [`IN_PRODUCT_MAX_ELEMENTS`] bound there, as each workgroup repeats only the norm's sum of
+/// squares and two multiplies per element, against the absolute maxima, a 26-step division
+/// per block and a rounding per element that bound the INT8 products.
 pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&RmsNorm>, paired: bool) -> bool {
     if ctx.caps.cpu || ls.is_empty() {
         return false;
@@ -203,7 +209,13 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
         let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return false };
         let (m, k) = (w.shape.rows(), w.shape.cols());
         let n = out.shape.numel().checked_div(m).unwrap_or(0);
-        if n != 1 || int8_products(l, w.dtype, n) != 1 {
+        let int8 = int8_products(l, w.dtype, n) == 1;
+        // (Ternary weights' scales take binding 3, where the others' products read the norm's weight.)
+        let normed_f32 = l.activations == LinearActivations::F32
+            && norm.is_some()
+            && dtype_code(w.dtype).is_some()
+            && ternary_scales(w.dtype, k).is_none();
+        if n != 1 || !(int8 || normed_f32) {
             return false;
         }
         if let Some(nm) = norm {
@@ -212,7 +224,7 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
                 return false;
             }
         }
-        if !(paired && i > 0) {
+        if int8 && !(paired && i > 0) {
             rounded = rounded.saturating_add((m as u64) * (k as u64));
         }
     }
@@ -661,7 +673,7 @@ pub(crate) fn gated_product(
 }
 
 /// Binding 3 of a product rounding as `rounding` says: the norm's weight (`ROUND = 2`, whose
-/// Q4_0/Q4_1/Q8_0 weights leave binding 3 unread), else `scales`.
+/// weights have no ternary scales and leave binding 3 unread), else `scales`.
 fn norm_weight_or(rounding: Rounding, scales: Storage) -> Storage {
     match rounding {
         Rounding::InProduct { norm: Some(nm) } => Storage::Tensor(nm.weight, 0),

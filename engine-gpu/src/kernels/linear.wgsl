@@ -80,7 +80,7 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<u32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
 // Ternary scales (part 1 of the ternary layout); other dtypes bind part 0 here, unread, or
-// (ROUND = 2, Q4_0/Q4_1/Q8_0 weights) the RMS_NORM's weight.
+// (ROUND = 2, weights without ternary scales) the RMS_NORM's weight.
 @group(0) @binding(3) var<storage, read> ws: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 // quantize_blocks: the int8-block scratch buffer (x̂, the codes and the scales), the x of
@@ -97,7 +97,9 @@ override INT8: u32 = 0u;
 // Where the INT8 products' int8 blocks of x come from (x_block): 0, the scratch buffer
 // (x is it) that quantize_blocks or a fused norm filled; 1, rounded by the product itself
 // from the LINEAR's f32 x (x is it); 2, the same from RMS_NORM(x) (x is the norm's input,
-// its weight at binding 3), its scale computed first (round_prologue).
+// its weight at binding 3), its scale computed first (round_prologue). With f32
+// activations (INT8 = 0) only 0 (x as it is) or 2 (each element normed as RMS_NORM does,
+// in dot_chunks: nothing to round).
 override ROUND: u32 = 0u;
 
 const DT_F32: u32 = 0u;
@@ -460,7 +462,12 @@ fn dot_chunks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
         let v = load8(row, e0);
         for (var i = 0u; i < 8u; i = i + 1u) {
             if (e0 + i < p.k) {
-                acc = acc + bitcast<f32>(x[xb + e0 + i]) * v[i];
+                var xi = bitcast<f32>(x[xb + e0 + i]);
+                if (ROUND == 2u) {
+                    // f32 activations after a norm: RMS_NORM's own h_i = x_i · inv · w_i.
+                    xi = xi * norm_inv * ws[e0 + i];
+                }
+                acc = acc + xi * v[i];
             }
         }
     }
