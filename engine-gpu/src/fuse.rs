@@ -439,7 +439,7 @@ pub(crate) fn record_linear(
             let Some(Instruction::RmsNorm(norm)) = instructions.get(n.index) else {
                 return Err(GpuError::Wgpu(format!("fusion plan: instruction {} is not an RMS_NORM", n.index)));
             };
-            if norm_in_products(ctx, instructions, g, norm, &ls) {
+            if norm_in_products(ctx, instructions, g) {
                 linear::Rounding::InProduct { norm: Some(linear::ProductNorm::of(norm)) }
             } else if g.int8 {
                 calls.extend(norm_quant::record(ctx, norm, norm_quant::Rounding::Blocks { xhat }, n.write_out)?);
@@ -493,31 +493,29 @@ fn is_head(g: &LinearGroup) -> bool {
     matches!(g.tail, Some(TailPart { epilogue: Epilogue::Argmax { .. }, .. }))
 }
 
-/// Whether the products `ls` of group `g` apply its RMS_NORM `norm` themselves, the norm
-/// without a dispatch of its own ([`linear::Rounding::InProduct`]): its output unread but by
-/// them, its input unwritten by the group (the products read it while the group's kernels
-/// write their outputs), not before the LM head's ARGMAX (a workgroup per vocabulary row would
+/// Whether the products of group `g` apply its RMS_NORM themselves, the norm without a
+/// dispatch of its own ([`linear::Rounding::InProduct`]): its output unread but by them,
+/// its input unwritten by the group (the products read it while the group's kernels write
+/// their outputs), not before the LM head's ARGMAX (a workgroup per vocabulary row would
 /// repeat it that often), and [`linear::rounds_in_product`].
-fn norm_in_products(
-    ctx: &RecordCtx,
-    instructions: &[Instruction],
-    g: &LinearGroup,
-    norm: &RmsNorm,
-    ls: &[&Linear],
-) -> bool {
+fn norm_in_products(ctx: &RecordCtx, instructions: &[Instruction], g: &LinearGroup) -> bool {
     let Some(Rounder::Norm(n)) = g.rounder else { return false };
+    let (Some(Instruction::RmsNorm(norm)), Some(ls)) =
+        (instructions.get(n.index), linears_at(instructions, &g.linears))
+    else {
+        return false;
+    };
     let input_kept =
         instructions.get(n.index + 1..g.range().end).is_some_and(|is| !is.iter().any(|i| writes(i, norm.x)));
     !n.write_out
         && !is_head(g)
         && input_kept
-        && linear::rounds_in_product(ctx, ls, Some(norm), g.merged && g.tail.is_some())
+        && linear::rounds_in_product(ctx, &ls, Some(norm), g.merged && g.tail.is_some())
 }
 
 /// The LINEAR group starting at instruction `i`, if one does and fuses anything.
 fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: usize) -> Option<LinearGroup> {
     // The instruction at i that rounds x for the products, if it is not the first product.
-    #[derive(Clone, Copy)]
     enum Before<'a> {
         Norm(&'a RmsNorm),
         Attention,
@@ -572,10 +570,7 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     });
     let merged = linears_mergeable(ctx, limits, instructions, &linears, tail);
     let rope = if merged && tail.is_none() {
-        let ls = all_of(instructions, &linears, |i| match i {
-            Instruction::Linear(l) => Some(l),
-            _ => None,
-        })?;
+        let ls = linears_at(instructions, &linears)?;
         let outs: Vec<TensorId> = ls.iter().map(|l| l.out).collect();
         let inputs: Vec<TensorId> = ls.iter().flat_map(|l| [l.x, l.weight]).collect();
         rope_epilogue_at(ctx, limits, instructions, last, (&outs, &inputs), linear::MULTI_STORAGE_BUFFERS)
@@ -583,17 +578,11 @@ fn linear_group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
         None
     };
     let g = LinearGroup { rounder, linears, tail, int8, merged, rope };
-    if let (false, Some(Before::Norm(n))) = (int8, before) {
-        // Before f32 activations a norm joins only products that apply it
-        // (Pattern::NormInProduct); otherwise it keeps its own dispatch, and the products
-        // may form a group from i + 1.
-        let ls = all_of(instructions, &g.linears, |i| match i {
-            Instruction::Linear(l) => Some(l),
-            _ => None,
-        })?;
-        if !norm_in_products(ctx, instructions, &g, n, &ls) {
-            return None;
-        }
+    // Before f32 activations a norm joins only products that apply it
+    // (Pattern::NormInProduct); otherwise it keeps its own dispatch, and the products may
+    // form a group from i + 1.
+    if !int8 && matches!(g.rounder, Some(Rounder::Norm(_))) && !norm_in_products(ctx, instructions, &g) {
+        return None;
     }
     (!g.patterns().is_empty()).then_some(g)
 }
@@ -637,10 +626,7 @@ fn linears_mergeable(
     linears: &[usize],
     tail: Option<TailPart>,
 ) -> bool {
-    let Some(ls) = all_of(instructions, linears, |i| match i {
-        Instruction::Linear(l) => Some(l),
-        _ => None,
-    }) else {
+    let Some(ls) = linears_at(instructions, linears) else {
         return false;
     };
     match (ls.as_slice(), tail.map(|t| t.epilogue)) {
@@ -973,6 +959,14 @@ fn act_mul_of(ctx: &RecordCtx, p: &Product, act: &Instruction, mul: &Binary) -> 
 }
 
 /// The instructions at `indices` as `pick` sees them; `None` when one is not of that kind.
+/// The LINEARs at `indices`, or `None` when one is not a LINEAR.
+fn linears_at<'a>(instructions: &'a [Instruction], indices: &[usize]) -> Option<Vec<&'a Linear>> {
+    all_of(instructions, indices, |i| match i {
+        Instruction::Linear(l) => Some(l),
+        _ => None,
+    })
+}
+
 fn all_of<'a, T>(
     instructions: &'a [Instruction],
     indices: &[usize],
