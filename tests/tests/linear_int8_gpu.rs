@@ -1,23 +1,25 @@
 //! LINEAR with `LinearActivations::Int8Blocks` on the GPU engine against the reference
 //! engine: F32 weights over every row length 1..=300 (blocks of 32 and a shorter last
 //! block), Q4_0, Q4_1 and Q8_0 over whole blocks, one token (`gemv_rows`, and `gemv` past
-//! 2048 columns) and more (`tiled`), odd row counts, subgroup and portable reductions,
+//! 2048 columns) and more (`tiled`; `tiled_int8` over Q4_0, Q4_1 and Q8_0), odd row counts,
+//! subgroup and portable reductions,
 //! weights bound as row windows, and the kernels a GPU chooses (`gemv` on short rows, whose
 //! one-token Q4_0, Q4_1 and Q8_0 products round their own x: `linear.wgsl`'s `x_block`).
 //!
 //! Three checks per case:
 //! - **The rounded activations, exactly.** The scratch buffer
 //!   ([`ScratchKey::LinearActivations`]) must hold the ISA's own `quantize_blocks` codes `q`
-//!   and scales `s_b`, bit for bit, and, where a product reads it (several tokens, or F32
-//!   weights; the one-token Q4_0, Q4_1 and Q8_0 products read only the codes and scales, so
-//!   the rounding skips it there), `x̂ = q / s_b` correctly rounded to f32.
+//!   and scales `s_b`, bit for bit, and, where a product reads it (F32 weights; the Q4_0,
+//!   Q4_1 and Q8_0 products read only the codes and scales, so the rounding skips it there),
+//!   `x̂ = q / s_b` correctly rounded to f32.
 //! - **The outputs, within the summation's error.** The reference sums each block's
-//!   `q_i · w_i` exactly in f64 and divides by `s_b`. The GPU's products over several tokens
-//!   (`tiled`) and over F32 weights sum `x̂_i · w_i` in f32 in their own order (each `x̂_i`
+//!   `q_i · w_i` exactly in f64 and divides by `s_b`. The GPU's products over F32 weights
+//!   (`gemv_rows`, `gemv`, `tiled`) sum `x̂_i · w_i` in f32 in their own order (each `x̂_i`
 //!   one rounding from `q_i / s_b`): `|gpu − ref| ≤ γ_{k+2} · Σ_i |x̂_i · w_i| + u · |ref|`
 //!   (u = 2⁻²⁴, γ_j = j·u / (1 − j·u)), the bound of the F32 LINEAR tests, one more rounding
-//!   per term included. Its one-token products over Q4_0, Q4_1 and Q8_0 weights take each
-//!   block as an exact integer sum, scaled once (`linear.wgsl`'s `dot_blocks`): Q8_0
+//!   per term included. Its products over Q4_0, Q4_1 and Q8_0 weights take each block as an
+//!   exact integer sum, scaled once (`linear.wgsl`'s `dot_blocks`, and `tiled_int8`'s
+//!   `block_terms` for several tokens): Q8_0
 //!   `d·Σqc / s_b` and Q4_0 `d·Σq(c − 8) / s_b` have one product and one division (WGSL's,
 //!   within 2.5 ulp) per block on an exact sum of the terms, inside the same bound; Q4_1's
 //!   `(d·Σqc + m·Σq) / s_b` splits the block into two parts whose magnitudes can exceed
@@ -259,11 +261,11 @@ fn check(gpu: &mut GpuEngine, which: &str, reference: &mut RefEngine, c: &Case, 
     let x = HostTensor::from_f32("x", shape(n, k), xs.clone()).expect("sizes agree");
     let w = HostTensor::from_bytes("w", dtype, shape(m, k), &wbytes).expect("sizes agree");
     let case = format!("case{id}");
-    let int8_products = n == 1 && dtype != DType::F32;
+    let int8_products = dtype != DType::F32;
     // A GPU's kernels (GPU_KERNELS, and every engine on a GPU) round x in the one-token
     // products where its row is short enough (linear.rs: rounds_in_product), leaving no
     // scratch buffer: then only the outputs are checked.
-    let may_round_in_product = int8_products && !gpu.context().capabilities().cpu;
+    let may_round_in_product = n == 1 && int8_products && !gpu.context().capabilities().cpu;
     let got = run_on(gpu, &case, &x, &w, (n, m), also_f32, |g, p| {
         let bytes = match g.read_scratch(p, ScratchKey::LinearActivations) {
             Ok(bytes) => bytes,
@@ -306,8 +308,8 @@ fn check(gpu: &mut GpuEngine, which: &str, reference: &mut RefEngine, c: &Case, 
                 let (g, r) = (got.out[i], want.out[i]);
                 let acts = &acts[t * k..(t + 1) * k];
                 let sum_abs: f64 = acts.iter().zip(&row).map(|(&a, &b)| (a * b as f64).abs()).sum();
-                // Q4_1's one-token blocks: Σ |x̂_i| · (|w_i| + 2|m_b|) (the module doc).
-                let split_blocks = dtype == DType::Q4_1 && n == 1 && variant == "Int8Blocks";
+                // Q4_1's integer blocks: Σ |x̂_i| · (|w_i| + 2|m_b|) (the module doc).
+                let split_blocks = dtype == DType::Q4_1 && variant == "Int8Blocks";
                 let q41_abs: f64 = if split_blocks {
                     acts.iter()
                         .zip(&row)

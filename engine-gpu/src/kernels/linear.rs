@@ -15,6 +15,8 @@
 //!   (from cache after the first workgroups), and writes `4m`.
 //! - `n ≥ 2` (prefill): `tiled`, 64 rows × 32 tokens per workgroup of 256. Reads the weights
 //!   `⌈n / 32⌉` times (`⌈n/32⌉ · m · row_bytes(k)`), x `⌈m / 64⌉` times, writes `4nm`.
+//!   Int8-block activations against Q4_0, Q4_1 or Q8_0 weights take `tiled_int8` instead
+//!   (below), the same tiles over x's codes and scales (`1.125·k` bytes a token, not `4k`).
 //!
 //! Activations: with [`LinearActivations::Int8Blocks`], one more dispatch comes first,
 //! `quantize_blocks`: one invocation per word of codes (4 element slots) of x's 32-element
@@ -24,16 +26,20 @@
 //! with BITLINEAR) into the scratch buffer [`ScratchKey::LinearActivations`]
 //! ([`int8_scratch_bytes`]: `4nk` bytes of `x̂ = q / s_b`, correctly rounded to f32, then each
 //! block's codes, four per word, and its scale `s_b`). Every `q` equals the reference's.
-//! - One token against Q4_0, Q4_1 or Q8_0 weights (`INT8`): `gemv` and `gemv_rows` take
-//!   blocks of 32 instead of chunks of 8 (`dot_blocks`), multiply the codes as integers with
+//! - Against Q4_0, Q4_1 or Q8_0 weights (`INT8`): for one token `gemv` and `gemv_rows` take
+//!   blocks of 32 instead of chunks of 8 (`dot_blocks`), for several `tiled_int8` computes
+//!   dot_blocks' terms for 16 outputs per invocation; both multiply the codes as integers with
 //!   `dot4I8Packed` (8 per block) and scale each block's exact sum once, as the CPU engine
 //!   does: per 32 elements 8 words of activations and a scale instead of 32
 //!   floats, and Q8_0's codes as 8 or 9 whole words. With f32 activations a Q8_0 chunk cost
 //!   as many loads as an F16 one for half its bytes: the H200 read the Q8_0 LM head at 394
 //!   GB/s against the F16 head's 818.
-//! - Otherwise (several tokens, other weights) the product kernels run unchanged with `x̂`
-//!   as their x: one rounding from the exact `q / s_b` (relative error ≤ 2⁻²⁴ per element),
-//!   inside the summation's own error.
+//!   On lavapipe (this project's 2-core VM) `tiled_int8` took SmolLM2's prefill from 2.55 to
+//!   5.60 t/s against `tiled` over x̂ (4 dot4I8Packed where `tiled` ran 16 f32 multiply-adds
+//!   and 16 weight decodes); `quantize_blocks` then writes no x̂.
+//! - Otherwise (other weights) the product kernels run unchanged with `x̂` as their x: one
+//!   rounding from the exact `q / s_b` (relative error ≤ 2⁻²⁴ per element), inside the
+//!   summation's own error.
 //! - On a GPU, one-token INT8 products of short rows skip `quantize_blocks` (and the fused
 //!   norm before them): each workgroup rounds the blocks it multiplies from the f32 x (or
 //!   the norm's input, with the norm's scale computed first as RMS_NORM computes it), bit
@@ -209,7 +215,7 @@ pub(crate) fn rounds_in_product(ctx: &RecordCtx, ls: &[&Linear], norm: Option<&R
         let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return false };
         let (m, k) = (w.shape.rows(), w.shape.cols());
         let n = out.shape.numel().checked_div(m).unwrap_or(0);
-        let int8 = int8_products(l, w.dtype, n) == 1;
+        let int8 = int8_products(l, w.dtype) == 1;
         // (Ternary weights' scales take binding 3, where the others' products read the norm's weight.)
         let normed_f32 = l.activations == LinearActivations::F32
             && norm.is_some()
@@ -319,7 +325,7 @@ pub(crate) fn record_with(
                 storage.push((6, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots(m))));
                 let shader = if subgroup { Shader::LinearArgmaxSubgroup } else { Shader::LinearArgmax };
                 let write = ("WRITE_OUT", u32::from(write_out));
-                let int8 = ("INT8", int8_products(l, w.dtype, n));
+                let int8 = ("INT8", int8_products(l, w.dtype));
                 let (entry, constants, workgroups) = if short_rows(ctx, k) {
                     let c = vec![("WG", GEMV_WG), ("LANES", GEMV_ROWS_LANES), ("DTYPE", code), write, int8];
                     ("gemv_rows_argmax", c, ctx.grid_1d(wm, PART_ROWS))
@@ -336,7 +342,7 @@ pub(crate) fn record_with(
             }
             _ => {
                 // The plain store, or a fused epilogue in its place (the same kernels).
-                let int8 = int8_products(l, w.dtype, n);
+                let int8 = int8_products(l, w.dtype);
                 let (mut constants, (portable, subgroups)) =
                     (vec![("WG", GEMV_WG), ("DTYPE", code), ("INT8", int8)], store.0);
                 constants.extend(round_constant(rounding));
@@ -364,8 +370,15 @@ pub(crate) fn record_with(
                     if workgroups[2] > ctx.max_workgroups {
                         return Err(too_large("the token count"));
                     }
+                    let entry = if int8 == 1 {
+                        // Binding 3 (ternary scales, or the norm's weight) is not in its layout.
+                        storage.retain(|(binding, _)| *binding != 3);
+                        "tiled_int8"
+                    } else {
+                        "tiled"
+                    };
                     KernelCall {
-                        key: PipelineKey { shader: portable, entry: "tiled", constants },
+                        key: PipelineKey { shader: portable, entry, constants },
                         params: bytemuck::bytes_of(&params).to_vec(),
                         storage,
                         workgroups,
@@ -420,22 +433,22 @@ pub(crate) fn int8_scratch_bytes(n: usize, k: usize) -> u64 {
     4 * (n as u64) * (k as u64 + 9 * blocks)
 }
 
-/// `INT8` in `linear.wgsl`: 1 when the products of `l` over `n` tokens against weights of
-/// `dtype` multiply the int8-block codes of x as integers: one token, Q4_0, Q4_1 or Q8_0
-/// weights, int8-block activations. (Several tokens take `tiled`, which reads x̂.)
-fn int8_products(l: &Linear, dtype: DType, n: usize) -> u32 {
+/// `INT8` in `linear.wgsl`: 1 when the products of `l` against weights of `dtype` multiply
+/// the int8-block codes of x as integers: Q4_0, Q4_1 or Q8_0 weights and int8-block
+/// activations; one token in `gemv` (or `gemv_rows`, the LM head's kernels), several in
+/// `tiled_int8`.
+fn int8_products(l: &Linear, dtype: DType) -> u32 {
     let quantized = matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0);
-    u32::from(n == 1 && quantized && l.activations == LinearActivations::Int8Blocks)
+    u32::from(quantized && l.activations == LinearActivations::Int8Blocks)
 }
 
 /// Whether LINEAR `l`'s product reads x̂ from the int8-block scratch buffer: every product
-/// with int8-block activations but the one-token INT8 ones ([`int8_products`]), which read
-/// only the codes and scales. (True for what the dispatch would reject, and for f32
-/// activations, which have no scratch: the safe answer.)
+/// with int8-block activations but the INT8 ones ([`int8_products`]), which read only the
+/// codes and scales. (True for what the dispatch would reject, and for f32 activations,
+/// which have no scratch: the safe answer.)
 pub(crate) fn reads_xhat(ctx: &RecordCtx, l: &Linear) -> bool {
-    let (Ok(w), Ok(out)) = (ctx.desc(l.weight), ctx.desc(l.out)) else { return true };
-    let n = out.shape.numel().checked_div(w.shape.rows()).unwrap_or(0);
-    int8_products(l, w.dtype, n) == 0
+    let Ok(w) = ctx.desc(l.weight) else { return true };
+    int8_products(l, w.dtype) == 0
 }
 
 /// The `quantize_blocks` dispatch rounding LINEAR `l`'s x ([n, k]) to int8 blocks, when its
@@ -583,7 +596,7 @@ pub(crate) fn multi_product(
     params.wg2 = wgs[0].checked_add(wgs[1]).ok_or_else(|| too_large("the row count"))?;
     let products = params.wg2.checked_add(wgs[2]).ok_or_else(|| too_large("the row count"))? as usize;
     constants.push(("DTYPE", dtype_code(ts[0].dtype).unwrap_or(0)));
-    constants.push(("INT8", int8_products(ls[0], ts[0].dtype, 1)));
+    constants.push(("INT8", int8_products(ls[0], ts[0].dtype)));
     let mut calls: Vec<KernelCall> = Vec::new();
     if let Rounding::Here { xhat } = rounding {
         calls.extend(quantize_blocks(ctx, ls[0], 1, k, xhat)?);
@@ -639,7 +652,7 @@ pub(crate) fn gated_product(
     let (shader, entry, mut constants, rows_per_wg) = multi_kernel(ctx, MultiKind::Gated, k);
     constants.extend([
         ("DTYPE", dtype_code(tg.dtype).unwrap_or(0)),
-        ("INT8", int8_products(g, tg.dtype, 1)),
+        ("INT8", int8_products(g, tg.dtype)),
         ("WRITE_OUT", u32::from(write_out)),
         ("UNARY_OP", op as u32),
         ("BINARY_OP", BinaryOp::Mul as u32),

@@ -11,9 +11,9 @@
 // act_mul.wgsl).
 //
 // Entry points:
-// - quantize_blocks (Int8Blocks activations, before gemv, gemv_rows or tiled): one
-//   invocation per block of 32 elements of a row of x (the row's last block shorter when k is
-//   not a multiple of 32). It rounds the block exactly as the ISA does (a = max |x_i| over the
+// - quantize_blocks (Int8Blocks activations, before gemv, gemv_rows, tiled or tiled_int8):
+//   one invocation per block of 32 elements of a row of x (the row's last block shorter when
+//   k is not a multiple of 32). It rounds the block exactly as the ISA does (a = max |x_i| over the
 //   block, s = 127 / max(a, 1e-5) correctly rounded, q_i = clamp(round(x_i · s), −128, 127))
 //   and writes x̂_i = q_i / s, correctly rounded to f32, into a scratch buffer [n, k] (binding
 //   5) that the product kernel then reads as its x. So x̂ is the reference's q_i / s_b up to
@@ -28,6 +28,8 @@
 //   accumulates 4 consecutive rows × 2 consecutive tokens (one vec4 and one vec2 load per
 //   column: a quarter of the workgroup-memory reads of one scalar load per operand). Each
 //   weight tile is read once per 32 tokens (prefill).
+// - tiled_int8: the same tiles for int8-block activations against Q4_0, Q4_1 and Q8_0
+//   weights, as integer block sums (dot_blocks' arithmetic); see its own comment below.
 //
 // The dtype is the override DTYPE, so each dtype is its own pipeline without a branch per
 // element. Decoding is exact (f16/bf16 widening; code · d with small integer codes and f16
@@ -595,4 +597,172 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             store_out((t + 1u) * p.out_stride + p.row0 + r, acc1[i]);
         }
     }
+}
+
+// tiled_int8 (several tokens, int8-block activations, Q4_0 / Q4_1 / Q8_0 weights): dot_blocks'
+// integer products for 64 rows × 32 tokens per workgroup of 256, one 32-column block per
+// step. Invocation (tr, tg) = (lidx % 32, lidx / 32) computes rows tr and tr + 32 for tokens
+// 4·tg .. 4·tg + 3: per block, 64 dot4I8Packed on codes staged in workgroup memory (the 32
+// invocations sharing tg read the same activation words, a broadcast, and consecutive rows'
+// weight words), then dot_blocks' float terms, each divided by the token's s_b. Σ q per
+// token and block (Q4_0, Q4_1) is summed once, by the invocation that stages the token.
+// Each step's global loads are issued before the step's arithmetic and stored at the top of
+// the next step. Reads the codes and scales of x, never x̂.
+const QT_TOKENS: u32 = 32u;
+// The weight block's eight code words as int8 words, transposed: words 4h .. 4h + 3 of row
+// r at qw[h · QW_STRIDE + r].
+const QW_STRIDE: u32 = 64u;
+var<workgroup> qw: array<vec4<u32>, 128>;
+// Each row's d and (Q4_1) m.
+var<workgroup> qdm: array<vec2<f32>, 64>;
+// The activation block's eight code words of token t at qa[2t], qa[2t + 1]; its s_b and Σ q.
+var<workgroup> qa: array<vec4<u32>, 64>;
+var<workgroup> qs_b: array<f32, 32>;
+var<workgroup> qsum_b: array<i32, 32>;
+
+// The word at even byte offset `off` of the weight (two words when it straddles one).
+fn word_at(off: u32) -> u32 {
+    let i = off >> 2u;
+    let aligned = (off & 2u) == 0u;
+    let w0 = wword(i);
+    let w1 = wword(select(i + 1u, i, aligned));
+    return select((w0 >> 16u) | (w1 << 16u), w0, aligned);
+}
+
+// One step's global loads of an invocation. Weights: row lidx / 4, part lidx % 4 (Q4: code
+// word `part`, d for part 0 and m for part 1; Q8_0: code words 2·part and + 1, d for part
+// 0). Activations, invocations below QT_TOKENS only: token lidx's eight code words and s_b.
+struct QStaged {
+    w: vec2<u32>,
+    dm: f32,
+    a0: vec4<u32>,
+    a1: vec4<u32>,
+    s: f32,
+}
+
+fn qstage_load(lidx: u32, row0: u32, tok0: u32, b: u32) -> QStaged {
+    var s: QStaged;
+    s.s = 1.0;
+    let r = row0 + lidx / 4u;
+    let part = lidx % 4u;
+    if (r < p.m) {
+        let off = block_at(r, b);
+        if (DTYPE == DT_Q8_0) {
+            s.w = vec2<u32>(word_at(codes_at(off) + 8u * part), word_at(codes_at(off) + 8u * part + 4u));
+        } else {
+            s.w = vec2<u32>(word_at(codes_at(off) + 4u * part), 0u);
+        }
+        if (part == 0u) {
+            s.dm = f16_at(off);
+        } else if (part == 1u && DTYPE == DT_Q4_1) {
+            s.dm = f16_at(off + 2u);
+        }
+    }
+    let t = tok0 + lidx;
+    if (lidx < QT_TOKENS && t < p.n) {
+        let c = int8_code_word(p.n, p.k, t, b, 0u);
+        s.a0 = vec4<u32>(x[c], x[c + 1u], x[c + 2u], x[c + 3u]);
+        s.a1 = vec4<u32>(x[c + 4u], x[c + 5u], x[c + 6u], x[c + 7u]);
+        s.s = bitcast<f32>(x[int8_scale_word(p.n, p.k, t, b)]);
+    }
+    return s;
+}
+
+fn qstage_store(lidx: u32, s: QStaged) {
+    let r = lidx / 4u;
+    let part = lidx % 4u;
+    if (DTYPE == DT_Q8_0) {
+        // Code words 2·part and 2·part + 1: vector part / 2, components 2·(part % 2) and + 1.
+        qw[(part / 2u) * QW_STRIDE + r][2u * (part % 2u)] = s.w.x;
+        qw[(part / 2u) * QW_STRIDE + r][2u * (part % 2u) + 1u] = s.w.y;
+    } else {
+        // Element i < 16 is the low nibble of code byte i, element i + 16 the high one.
+        let nibbles = 0x0f0f0f0fu;
+        qw[r][part] = s.w.x & nibbles;
+        qw[QW_STRIDE + r][part] = (s.w.x >> 4u) & nibbles;
+    }
+    if (part == 0u) {
+        qdm[r].x = s.dm;
+    } else if (part == 1u) {
+        qdm[r].y = s.dm;
+    }
+    if (lidx < QT_TOKENS) {
+        qa[2u * lidx] = s.a0;
+        qa[2u * lidx + 1u] = s.a1;
+        qs_b[lidx] = s.s;
+        let ones = vec4<u32>(0x01010101u);
+        qsum_b[lidx] = dot_word(s.a0, ones) + dot_word(s.a1, ones);
+    }
+}
+
+// Σ of four dot4I8Packed: four activation words against four weight words.
+fn dot_word(x4: vec4<u32>, w4: vec4<u32>) -> i32 {
+    return dot4I8Packed(x4.x, w4.x) + dot4I8Packed(x4.y, w4.y) + dot4I8Packed(x4.z, w4.z) + dot4I8Packed(x4.w, w4.w);
+}
+
+// dot_blocks' term of one block for four tokens: Σ q·c (qc) and Σ q (sq) scaled by d (and m).
+fn block_terms(qc: vec4<i32>, sq: vec4<i32>, dm: vec2<f32>) -> vec4<f32> {
+    if (DTYPE == DT_Q8_0) {
+        return vec4<f32>(qc) * dm.x;
+    }
+    if (DTYPE == DT_Q4_0) {
+        return vec4<f32>(qc - 8 * sq) * dm.x;
+    }
+    return vec4<f32>(qc) * dm.x + vec4<f32>(sq) * dm.y;
+}
+
+// Outputs (r, t .. t + 3) of tiled_int8.
+fn qtiled_store4(r: u32, t: u32, y: vec4<f32>) {
+    if (r < p.m) {
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            if (t + j < p.n) {
+                store_out((t + j) * p.out_stride + p.row0 + r, y[j]);
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn tiled_int8(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row0 = (wid.y * nwg.x + wid.x) * 64u;
+    let tok0 = wid.z * QT_TOKENS;
+    let tr = lidx % 32u;
+    let t4 = 4u * (lidx / 32u);
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var staged = qstage_load(lidx, row0, tok0, 0u);
+    let blocks = int8_blocks(p.k);
+    for (var b = 0u; b < blocks; b = b + 1u) {
+        qstage_store(lidx, staged);
+        workgroupBarrier();
+        if (b + 1u < blocks) {
+            staged = qstage_load(lidx, row0, tok0, b + 1u);
+        }
+        let wa0 = qw[tr];
+        let wa1 = qw[QW_STRIDE + tr];
+        let wb0 = qw[tr + 32u];
+        let wb1 = qw[QW_STRIDE + tr + 32u];
+        // The four tokens' activation words (each token's two vectors: elements 0..15, 16..31).
+        let a = 2u * t4;
+        let x0 = qa[a];
+        let x1 = qa[a + 1u];
+        let x2 = qa[a + 2u];
+        let x3 = qa[a + 3u];
+        let x4 = qa[a + 4u];
+        let x5 = qa[a + 5u];
+        let x6 = qa[a + 6u];
+        let x7 = qa[a + 7u];
+        let qc0 = vec4<i32>(dot_word(x0, wa0) + dot_word(x1, wa1), dot_word(x2, wa0) + dot_word(x3, wa1),
+                            dot_word(x4, wa0) + dot_word(x5, wa1), dot_word(x6, wa0) + dot_word(x7, wa1));
+        let qc1 = vec4<i32>(dot_word(x0, wb0) + dot_word(x1, wb1), dot_word(x2, wb0) + dot_word(x3, wb1),
+                            dot_word(x4, wb0) + dot_word(x5, wb1), dot_word(x6, wb0) + dot_word(x7, wb1));
+        let sq = vec4<i32>(qsum_b[t4], qsum_b[t4 + 1u], qsum_b[t4 + 2u], qsum_b[t4 + 3u]);
+        let s = vec4<f32>(qs_b[t4], qs_b[t4 + 1u], qs_b[t4 + 2u], qs_b[t4 + 3u]);
+        acc0 = acc0 + block_terms(qc0, sq, qdm[tr]) / s;
+        acc1 = acc1 + block_terms(qc1, sq, qdm[tr + 32u]) / s;
+        workgroupBarrier();
+    }
+    qtiled_store4(row0 + tr, tok0 + t4, acc0);
+    qtiled_store4(row0 + tr + 32u, tok0 + t4, acc1);
 }
