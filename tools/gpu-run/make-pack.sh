@@ -11,7 +11,8 @@
 # for cooperative matrices and integer dot products (Debian trixie's shaderc 2025.2 did).
 #
 # AB="rev1 rev2 ...": also a release purebee-rs of each git revision (a branch with a kernel
-# change not yet measured on a GPU), built in a temporary worktree, packed as ab/<rev>/;
+# change not yet measured on a GPU), or of HEAD with a patch (path/NAME.patch, packed as
+# ab/NAME), built in a temporary worktree, packed as ab/<rev>/;
 # run.sh then benches them alternated with this tree's (MODE=ab runs only that).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,7 +38,17 @@ strip "$P"/tests/*
 cp target/release/purebee-rs "$P/" && strip "$P/purebee-rs"
 for rev in ${AB:-}; do
   W=$(mktemp -d)
-  git worktree add -q --detach "$W" "$rev"
+  case "$rev" in
+    *.patch)
+      # A kernel branch kept as a patch on this tree's HEAD (branches do not survive into
+      # a fresh workspace): tools/gpu-run/branches/NAME.patch is packed as ab/NAME.
+      patch=$(realpath "$rev")
+      git worktree add -q --detach "$W" HEAD
+      (cd "$W" && git apply "$patch") || { git worktree remove --force "$W"; exit 1; }
+      rev=$(basename "$rev" .patch)
+      ;;
+    *) git worktree add -q --detach "$W" "$rev" ;;
+  esac
   # One target directory for every revision: each build is incremental on the last.
   (cd "$W" && CARGO_TARGET_DIR="$OLDPWD/target/ab" cargo build --release --locked -q -p purebee-cli) ||
     { git worktree remove --force "$W"; exit 1; }
