@@ -35,8 +35,8 @@
 //!   as many loads as an F16 one for half its bytes: the H200 read the Q8_0 LM head at 394
 //!   GB/s against the F16 head's 818.
 //!   On lavapipe (this project's 2-core VM) `tiled_int8` took SmolLM2's prefill from 2.55 to
-//!   5.60 t/s against `tiled` over x̂ (4 dot4I8Packed where `tiled` ran 16 f32 multiply-adds
-//!   and 16 weight decodes); `quantize_blocks` then writes no x̂.
+//!   5.60 t/s against `tiled` over x̂ (one dot4I8Packed where `tiled` runs four f32
+//!   multiply-adds, and no f32 decode of the weight tile); `quantize_blocks` then writes no x̂.
 //! - Otherwise (other weights) the product kernels run unchanged with `x̂` as their x: one
 //!   rounding from the exact `q / s_b` (relative error ≤ 2⁻²⁴ per element), inside the
 //!   summation's own error.
