@@ -1,7 +1,8 @@
 //! LINEAR: the GPU engine and the CPU engine (every SIMD path this CPU runs) vs the
 //! reference engine, every weight dtype (F32, F16, BF16, Q4_0, Q4_1, Q8_0, TQ1_0, TQ2_0,
-//! I2_S); on the GPU both kernels (`gemv` for one token, `tiled` for more) and both
-//! reduction paths (subgroups, and the portable engine of `portable_pair`); over random
+//! I2_S); on the GPU every kernel (`gemv` for one token, `tiled` for more, `tiled_int8`
+//! for more with int8-block activations against Q4_0, Q4_1 and Q8_0) and both reduction
+//! paths (subgroups, and the portable engine of `portable_pair`); over random
 //! shapes (row counts, token counts and plain-dtype row lengths that are not multiples of
 //! 8, 32, 64 or 256; one token; over 65535 rows) and random data.
 //!
