@@ -958,7 +958,6 @@ fn act_mul_of(ctx: &RecordCtx, p: &Product, act: &Instruction, mul: &Binary) -> 
     ok.then_some((g, op))
 }
 
-/// The instructions at `indices` as `pick` sees them; `None` when one is not of that kind.
 /// The LINEARs at `indices`, or `None` when one is not a LINEAR.
 fn linears_at<'a>(instructions: &'a [Instruction], indices: &[usize]) -> Option<Vec<&'a Linear>> {
     all_of(instructions, indices, |i| match i {
@@ -967,6 +966,7 @@ fn linears_at<'a>(instructions: &'a [Instruction], indices: &[usize]) -> Option<
     })
 }
 
+/// The instructions at `indices` as `pick` sees them; `None` when one is not of that kind.
 fn all_of<'a, T>(
     instructions: &'a [Instruction],
     indices: &[usize],

@@ -392,6 +392,18 @@ fn words32_at(off: u32) -> array<u32, 8> {
     return c;
 }
 
+// A block's term before the division by s_b, from its exact integer sums Σ q·c (qc) and
+// Σ q (sq): Q8_0 d·qc, Q4_0 d·(qc − 8·sq), Q4_1 d·qc + m·sq (dm = (d, m)).
+fn block_term(qc: i32, sq: i32, dm: vec2<f32>) -> f32 {
+    if (DTYPE == DT_Q8_0) {
+        return f32(qc) * dm.x;
+    }
+    if (DTYPE == DT_Q4_0) {
+        return f32(qc - 8 * sq) * dm.x;
+    }
+    return f32(qc) * dm.x + f32(sq) * dm.y;
+}
+
 // Σ_i x̂[tok, i] · W[row, i] over the 32-element blocks first, first + stride, ... of the
 // row (INT8: Q4_0, Q4_1 or Q8_0 weights, x the int8-block scratch buffer). Per block the
 // codes of x and of W are multiplied as integers with dot4I8Packed, exactly (|Σ q·c| ≤
@@ -425,27 +437,19 @@ fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
         let xb = x_block(tok, b);
         var a = xb.codes;
         let s = xb.s;
-        var term: f32;
+        var qc = 0;
+        var sq = 0;
         if (DTYPE == DT_Q8_0) {
-            var qc = 0;
             for (var j = 0u; j < 8u; j = j + 1u) {
                 qc = qc + dot4I8Packed(a[j], c[j]);
             }
-            term = f32(qc) * d;
         } else {
-            var qc = 0;
-            var sq = 0;
             for (var j = 0u; j < 4u; j = j + 1u) {
                 qc = qc + dot4I8Packed(a[j], c[j] & nibbles) + dot4I8Packed(a[j + 4u], (c[j] >> 4u) & nibbles);
                 sq = sq + dot4I8Packed(a[j], ones) + dot4I8Packed(a[j + 4u], ones);
             }
-            if (DTYPE == DT_Q4_0) {
-                term = f32(qc - 8 * sq) * d;
-            } else {
-                term = f32(qc) * d + f32(sq) * mn;
-            }
         }
-        acc = acc + term / s;
+        acc = acc + block_term(qc, sq, vec2<f32>(d, mn)) / s;
     }
     return acc;
 }
@@ -690,8 +694,10 @@ fn qstage_store(lidx: u32, s: QStaged) {
         qa[2u * lidx] = s.a0;
         qa[2u * lidx + 1u] = s.a1;
         qs_b[lidx] = s.s;
-        let ones = vec4<u32>(0x01010101u);
-        qsum_b[lidx] = dot_word(s.a0, ones) + dot_word(s.a1, ones);
+        if (DTYPE != DT_Q8_0) {
+            let ones = vec4<u32>(0x01010101u);
+            qsum_b[lidx] = dot_word(s.a0, ones) + dot_word(s.a1, ones);
+        }
     }
 }
 
@@ -700,15 +706,10 @@ fn dot_word(x4: vec4<u32>, w4: vec4<u32>) -> i32 {
     return dot4I8Packed(x4.x, w4.x) + dot4I8Packed(x4.y, w4.y) + dot4I8Packed(x4.z, w4.z) + dot4I8Packed(x4.w, w4.w);
 }
 
-// dot_blocks' term of one block for four tokens: Σ q·c (qc) and Σ q (sq) scaled by d (and m).
+// block_term for four tokens.
 fn block_terms(qc: vec4<i32>, sq: vec4<i32>, dm: vec2<f32>) -> vec4<f32> {
-    if (DTYPE == DT_Q8_0) {
-        return vec4<f32>(qc) * dm.x;
-    }
-    if (DTYPE == DT_Q4_0) {
-        return vec4<f32>(qc - 8 * sq) * dm.x;
-    }
-    return vec4<f32>(qc) * dm.x + vec4<f32>(sq) * dm.y;
+    return vec4<f32>(block_term(qc.x, sq.x, dm), block_term(qc.y, sq.y, dm), block_term(qc.z, sq.z, dm),
+                     block_term(qc.w, sq.w, dm));
 }
 
 // Outputs (r, t .. t + 3) of tiled_int8.
