@@ -12,7 +12,8 @@
 #
 # AB="rev1 rev2 ...": also a release purebee-rs of each git revision (a branch with a kernel
 # change not yet measured on a GPU), or of HEAD with a patch (path/NAME.patch, packed as
-# ab/NAME), built in a temporary worktree, packed as ab/<rev>/;
+# ab/NAME; several joined by `+` stack on one binary), built in a temporary worktree,
+# packed as ab/<rev>/;
 # run.sh then benches them alternated with this tree's (MODE=ab runs only that).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,11 +42,17 @@ for rev in ${AB:-}; do
   case "$rev" in
     *.patch)
       # A kernel branch kept as a patch on this tree's HEAD (branches do not survive into
-      # a fresh workspace): tools/gpu-run/branches/NAME.patch is packed as ab/NAME.
-      patch=$(realpath "$rev")
+      # a fresh workspace): tools/gpu-run/branches/NAME.patch is packed as ab/NAME;
+      # A.patch+B.patch applies both, in order, packed as ab/A+B (changes to different
+      # kernel families share one binary, and its per-family profile tells them apart).
       git worktree add -q --detach "$W" HEAD
-      (cd "$W" && git apply "$patch") || { git worktree remove --force "$W"; exit 1; }
-      rev=$(basename "$rev" .patch)
+      name=
+      for one in ${rev//+/ }; do
+        patch=$(realpath "$one")
+        (cd "$W" && git apply "$patch") || { git worktree remove --force "$W"; exit 1; }
+        name="${name:+$name+}$(basename "$one" .patch)"
+      done
+      rev=$name
       ;;
     *) git worktree add -q --detach "$W" "$rev" ;;
   esac

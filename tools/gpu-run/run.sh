@@ -15,7 +15,8 @@
 # llama.cpp's llama-bench on the 2B and SmolLM2 to each A/B round (ab_llama.txt); AB_CTX=N
 # gives our binaries an N-row KV cache (bench -c N); AB_MODELS="tq2_0 smol" limits the A/B to
 # those files (default: tq2_0 smol tq2_0_q8head tiny30).
-# AB_F32=1 adds every binary again with --f32-activations (`<name>-f32`).
+# AB_F32=1 adds every binary again with --f32-activations (`<name>-f32`), on SmolLM2 only;
+# AB_F32="main rev ..." twins only those.
 set -u
 R=$PWD
 O=${OUT:-/tmp/out}
@@ -143,7 +144,15 @@ if [ -d $P/ab ]; then
   for d in $P/ab/*/; do BINS+=("$(basename "$d"):$d/purebee-rs"); done
   # AB_F32=1: every binary once more as `<name>-f32`, with --f32-activations (LINEAR
   # without the int8-block rounding of x: SmolLM2's products read f32 activations).
-  if [ "${AB_F32:-0}" = 1 ]; then for nb in "${BINS[@]}"; do BINS+=("${nb%%:*}-f32:${nb#*:}"); done; fi
+  # AB_F32="name ..." twins only those binaries. The twins run on SmolLM2 only: the 2B's
+  # products are BITLINEARs, which the flag does not change.
+  if [ -n "${AB_F32:-}" ] && [ "${AB_F32}" != 0 ]; then
+    for nb in "${BINS[@]}"; do
+      case " $AB_F32 " in " 1 "|*" ${nb%%:*} "*) BINS+=("${nb%%:*}-f32:${nb#*:}") ;; esac
+    done
+  fi
+  # Whether A/B entry $1 runs on model $2.
+  runs_on() { case "$1:$2" in *-f32:smol) return 0 ;; *-f32:*) return 1 ;; esac; }
   # The flags an A/B entry adds to bench and run.
   flags() { case "$1" in *-f32) echo --f32-activations ;; esac; }
   if [ "$SMALL" = 1 ]; then AA="-p 32 -n 8 -r 1"; else AA="-p 512 -n 128 -r 2"; fi
@@ -155,6 +164,7 @@ if [ -d $P/ab ]; then
     [ $r = 2 ] && ORDER=($(printf '%s\n' "${BINS[@]}" | tac))
     for m in ${AB_MODELS:-tq2_0 smol tq2_0_q8head tiny30}; do
       for nb in "${ORDER[@]}"; do
+        runs_on "${nb%%:*}" $m || continue
         log ab ${nb%%:*} $m round $r
         echo "${nb%%:*} $m $r $(${nb#*:} bench $M/$m.gguf --engine gpu $AO $(flags ${nb%%:*}) --output json 2>/dev/null | tr -d '\n')" >> "$O/ab.txt"
       done
@@ -175,12 +185,14 @@ if [ -d $P/ab ]; then
   # differently may change a token of these random-weight models, which then says where.
   for m in tq2_0 smol; do
     for nb in "${BINS[@]}"; do
+      runs_on "${nb%%:*}" $m || continue
       t=$(${nb#*:} run $M/$m.gguf --engine gpu $(flags ${nb%%:*}) --tokens 1,2,3 -n 48 --temp 0 --ignore-eos 2>/dev/null | md5sum | cut -c1-12)
       echo "agree $m ${nb%%:*} $t" | tee -a "$O/ab_agree.txt"
     done
   done
   for nb in "${BINS[@]}"; do
     for m in tq2_0 smol; do
+      runs_on "${nb%%:*}" $m || continue
       log ab profile ${nb%%:*} $m
       ${nb#*:} bench $M/$m.gguf --engine gpu $AO $(flags ${nb%%:*}) --profile > "$O/ab_profile_${nb%%:*}_$m.txt" 2>&1
     done
