@@ -164,7 +164,7 @@ pub(crate) fn compile(
             Instruction::Free(_) | Instruction::Sync => {}
             other => {
                 for call in calls {
-                    let pipeline = pipelines.get(ctx, &call.key);
+                    let pipeline = pipelines.get(ctx, &call.key)?;
                     let uniform = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                         label: Some(other.name()),
                         contents: &call.params,

@@ -94,6 +94,10 @@ pub struct GpuContext {
     binding_cap: Option<u64>,
     /// `GpuOptions::fuse`, unless `PUREBEE_GPU_NO_FUSE=1`.
     pub(crate) fuse: bool,
+    /// `PUREBEE_GPU_POISON_WORKGROUP=1`: every shader module's workgroup variables are filled
+    /// with a poison pattern before each entry point runs (`poison.rs`), so that tests catch
+    /// a kernel reading workgroup memory it has not written (pipelines do not zero it).
+    pub(crate) poison_workgroup: bool,
     /// Validation, out-of-memory and device-lost errors, collected instead of panicking.
     errors: Arc<Mutex<Vec<String>>>,
 }
@@ -170,7 +174,18 @@ impl GpuContext {
             cpu: info.device_type == wgpu::DeviceType::Cpu && !gpu_kernels,
         };
         let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
-        Ok(GpuContext { device, queue, info, limits, caps, binding_cap: options.max_binding, fuse, errors })
+        let poison_workgroup = std::env::var("PUREBEE_GPU_POISON_WORKGROUP").is_ok_and(|v| v == "1");
+        Ok(GpuContext {
+            device,
+            queue,
+            info,
+            limits,
+            caps,
+            binding_cap: options.max_binding,
+            fuse,
+            poison_workgroup,
+            errors,
+        })
     }
 
     /// The adapter's name, backend and type, for messages.

@@ -23,6 +23,7 @@ mod fuse;
 mod kernels;
 mod pipelines;
 mod plan;
+mod poison;
 mod profile;
 mod tensors;
 

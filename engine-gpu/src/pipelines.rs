@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::kernels::Shader;
-use crate::GpuContext;
+use crate::{GpuContext, GpuError};
 
 /// A pipeline's identity: the shader file, its entry point, and the values of its
 /// `override` constants (workgroup size, variant switches).
@@ -31,21 +31,30 @@ impl PipelineCache {
         *self.reads.entry((shader, entry)).or_insert_with(|| crate::kernels::bindings_read(shader.source(), entry))
     }
 
-    /// The pipeline for `key`, created on first use.
-    pub fn get(&mut self, ctx: &GpuContext, key: &PipelineKey) -> wgpu::ComputePipeline {
+    /// The pipeline for `key`, created on first use. Fails only under
+    /// `PUREBEE_GPU_POISON_WORKGROUP=1`, on a shader `poison.rs` cannot rewrite.
+    pub fn get(&mut self, ctx: &GpuContext, key: &PipelineKey) -> Result<wgpu::ComputePipeline, GpuError> {
         if let Some(p) = self.pipelines.get(key) {
-            return p.clone();
+            return Ok(p.clone());
         }
-        let module = self
-            .modules
-            .entry(key.shader)
-            .or_insert_with(|| {
-                ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let module = match self.modules.get(&key.shader) {
+            Some(module) => module.clone(),
+            None => {
+                let source: std::borrow::Cow<'static, str> = if ctx.poison_workgroup {
+                    crate::poison::poison(key.shader.source())
+                        .map_err(|e| GpuError::Wgpu(format!("poisoning {}: {e}", key.shader.name())))?
+                        .into()
+                } else {
+                    key.shader.source().into()
+                };
+                let module = ctx.device.create_shader_module(wgpu::ShaderModuleDescriptor {
                     label: Some(key.shader.name()),
-                    source: wgpu::ShaderSource::Wgsl(key.shader.source().into()),
-                })
-            })
-            .clone();
+                    source: wgpu::ShaderSource::Wgsl(source),
+                });
+                self.modules.insert(key.shader, module.clone());
+                module
+            }
+        };
         let constants: Vec<(&str, f64)> = key.constants.iter().map(|&(k, v)| (k, v as f64)).collect();
         let pipeline = ctx.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(key.entry),
@@ -59,6 +68,6 @@ impl PipelineCache {
             cache: None,
         });
         self.pipelines.insert(key.clone(), pipeline.clone());
-        pipeline
+        Ok(pipeline)
     }
 }

@@ -118,6 +118,44 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
+    /// Every variant (for tests over all shaders).
+    #[cfg(test)]
+    pub const ALL: [Shader; 33] = [
+        Shader::Elementwise,
+        Shader::RmsNorm,
+        Shader::RmsNormSubgroup,
+        Shader::Softmax,
+        Shader::SoftmaxSubgroup,
+        Shader::Argmax,
+        Shader::ArgmaxSubgroup,
+        Shader::TopK,
+        Shader::Embed,
+        Shader::LinearAdd,
+        Shader::LinearAddSubgroup,
+        Shader::LinearActMul,
+        Shader::LinearActMulSubgroup,
+        Shader::LinearArgmax,
+        Shader::LinearArgmaxSubgroup,
+        Shader::LinearMulti,
+        Shader::LinearMultiSubgroup,
+        Shader::Linear,
+        Shader::LinearSubgroup,
+        Shader::Bitlinear,
+        Shader::BitlinearSubgroup,
+        Shader::Rope,
+        Shader::KvWrite,
+        Shader::Attention,
+        Shader::BitlinearAdd,
+        Shader::BitlinearAddSubgroup,
+        Shader::BitlinearActMul,
+        Shader::BitlinearActMulSubgroup,
+        Shader::BitlinearMulti,
+        Shader::BitlinearMultiSubgroup,
+        Shader::RopeKv,
+        Shader::NormQuant,
+        Shader::NormQuantSubgroup,
+    ];
+
     /// The file name, for labels and messages.
     pub fn name(self) -> &'static str {
         match self {
