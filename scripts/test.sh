@@ -23,3 +23,9 @@ if [ -z "${NODEVICE_SELECT:-}${MESA_VK_DEVICE_SELECT:-}${MESA_VK_DEVICE_SELECT_F
 fi
 # `cargo test` builds every crate, test and binary it runs (in the test profile, once).
 cargo test --workspace --locked
+# Pipelines skip WebGPU's zeroing of workgroup memory, so no kernel may read workgroup
+# memory before writing it: the kernel tests again with every workgroup variable poisoned
+# first (engine-gpu/src/poison.rs). `--workspace` keeps the features, so nothing rebuilds.
+PUREBEE_GPU_POISON_WORKGROUP=1 cargo test --workspace --locked \
+  --test gpu_fusion --test attention --test bitlinear --test linear --test linear_int8_gpu --test rows \
+  --test top_k --test elementwise --test embed --test rope --test kv_write --test gpu_windows --test run_ahead

@@ -63,7 +63,10 @@ impl PipelineCache {
             entry_point: Some(key.entry),
             compilation_options: wgpu::PipelineCompilationOptions {
                 constants: &constants,
-                zero_initialize_workgroup_memory: true,
+                // No kernel reads workgroup memory before writing it, so WebGPU's zeroing
+                // of it (on every workgroup of every dispatch) is waste. Tests check it with
+                // `PUREBEE_GPU_POISON_WORKGROUP=1` (poison.rs).
+                zero_initialize_workgroup_memory: false,
             },
             cache: None,
         });
