@@ -17,10 +17,7 @@ const POISON: &str = "0xffc0deadu";
 /// a new parameter. Fails, rather than leave a variable unpoisoned, on a source that does
 /// not validate and on a variable type it does not handle.
 pub(crate) fn poison(source: &str) -> Result<String, String> {
-    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-        .validate(&module)
-        .map_err(|e| e.emit_to_string(source))?;
+    let (module, info) = crate::kernels::analyse(source)?;
     // (byte offset, text) insertions into `source`.
     let mut edits: Vec<(usize, String)> = Vec::new();
     for (index, ep) in module.entry_points.iter().enumerate() {
@@ -188,11 +185,7 @@ mod tests {
     use crate::kernels::Shader;
 
     fn validates(source: &str) -> Result<(), String> {
-        let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .map_err(|e| e.emit_to_string(source))?;
-        Ok(())
+        crate::kernels::analyse(source).map(|_| ())
     }
 
     #[test]

@@ -398,16 +398,23 @@ impl Shader {
     }
 }
 
+/// A WGSL source parsed and validated by naga (every capability allowed: the device decides
+/// which it takes), with what each entry point uses; the error as naga prints it.
+pub(crate) fn analyse(source: &str) -> Result<(naga::Module, naga::valid::ModuleInfo), String> {
+    let module = naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string(source))?;
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(&module)
+        .map_err(|e| e.emit_to_string(source))?;
+    Ok((module, info))
+}
+
 /// The storage bindings of group 0 that entry point `entry` of a WGSL source reads (loads
 /// from, whether declared `read` or `read_write`), as a bit mask (bit `n` for `@binding(n)`,
 /// up to 63), from naga's analysis of the module. Profiles count the bytes of these bindings
 /// as the bytes a dispatch reads. When the source does not validate (it would not compile
 /// either), the bindings declared `var<storage, read>`.
 pub(crate) fn bindings_read(source: &str, entry: &str) -> u64 {
-    let analysed = naga::front::wgsl::parse_str(source).ok().and_then(|module| {
-        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-            .validate(&module)
-            .ok()?;
+    let analysed = analyse(source).ok().and_then(|(module, info)| {
         let index = module.entry_points.iter().position(|e| e.name == entry)?;
         let uses = info.get_entry_point(index);
         let mut mask = 0u64;
