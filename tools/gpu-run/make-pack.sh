@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU machine without a Rust toolchain needs to run the GPU test suite and the
 # speed runs (run.sh): the GPU test binaries (test profile, stripped), a release purebee-rs,
+# the dispatch-cost probe (engine-gpu/examples/dispatch_floor.rs),
 # the tiny fixtures those tests open, and SmolLM2's skeleton (skeleton.py), into
 # .dev/pack.tar.xz (about 25 MB). The working tree that travels must stay under 64 MiB, so
 # take fixtures/ out of the index for the call (`git rm -r --cached -q fixtures` and an
@@ -19,6 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .dev
 cargo build --release --locked -p purebee-cli
+cargo build --release --locked -p purebee-engine-gpu --example dispatch_floor
 cargo test --locked --no-run -p purebee-tests -p purebee-engine-gpu -p purebee-cli --message-format=json \
   2>/dev/null > .dev/tests.json
 P=$(mktemp -d)
@@ -37,6 +39,7 @@ for line in open(sys.argv[1]):
 PY
 strip "$P"/tests/*
 cp target/release/purebee-rs "$P/" && strip "$P/purebee-rs"
+cp target/release/examples/dispatch_floor "$P/" && strip "$P/dispatch_floor"
 for rev in ${AB:-}; do
   W=$(mktemp -d)
   case "$rev" in

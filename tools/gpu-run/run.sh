@@ -46,6 +46,11 @@ cp $P/purebee-rs /work/main/target/debug/purebee-rs
 PB=$P/purebee-rs
 LB() { LD_LIBRARY_PATH=$P/llama "$P/llama/llama-bench" "$@"; }
 
+# 0. what a dispatch, a barrier between dispatches, a memory round trip and a workgroup
+# barrier cost on this GPU, apart from any kernel of ours (a few seconds; both modes)
+log dispatch floor
+[ -x $P/dispatch_floor ] && timeout 120 $P/dispatch_floor $([ "$SMALL" = 1 ] && echo --quick) 2>&1 | tee "$O/dispatch_floor.txt"
+
 # 1. the GPU test suite, every binary at once; the models are made on the CPU meanwhile
 log tests
 T=/tmp/gpu-run-logs; mkdir -p $T
