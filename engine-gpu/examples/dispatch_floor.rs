@@ -30,7 +30,7 @@ const SOURCE: &str = include_str!("dispatch_floor.wgsl");
 
 /// Workgroups of `bump_wide`: more than an H100 holds at once (132 SMs).
 const WIDE_GRID: u32 = 1024;
-/// Buffers `rotating` takes in turn.
+/// Buffers the chain over several buffers takes in turn.
 const ROTATION: usize = 16;
 
 struct Probe {
@@ -51,12 +51,19 @@ struct Step<'a> {
 
 impl Probe {
     fn open(reps: usize) -> Result<Probe, String> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::HighPerformance,
-            ..Default::default()
-        }))
-        .map_err(|e| format!("no adapter: {e}"))?;
+        // Vulkan, Metal or DX12, as the engine prefers them (GL only where none exists),
+        // and the high-performance adapter among them.
+        let adapter_of = |backends: wgpu::Backends| {
+            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+            desc.backends &= backends;
+            pollster::block_on(wgpu::Instance::new(desc).request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            }))
+        };
+        let adapter = adapter_of(wgpu::Backends::PRIMARY)
+            .or_else(|_| adapter_of(wgpu::Backends::GL))
+            .map_err(|e| format!("no adapter: {e}"))?;
         let info = adapter.get_info();
         println!(
             "adapter: {} ({:?}, {:?}), driver {} {}",
