@@ -182,12 +182,7 @@ impl Probe {
     fn per_loop_step(&self, step: &Step, start: u32, steps: u32) -> Result<f64, String> {
         let time = |s: u32| -> Result<f64, String> {
             self.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&Params { steps: s, start, _pad: [0; 2] }));
-            let mut times = Vec::with_capacity(self.reps);
-            for _ in 0..self.reps {
-                times.push(self.run(std::slice::from_ref(step), false)?);
-            }
-            times.sort_by(f64::total_cmp);
-            Ok(times[times.len() / 2])
+            self.median(std::slice::from_ref(step), false)
         };
         time(2 * steps)?;
         let short = time(steps)?;
