@@ -11,8 +11,9 @@
 //!
 //! Each figure is wall time around one submit and the wait for it, taken for a chain of n
 //! and of 2n steps, the median of several repetitions: (t(2n) − t(n)) / n, so that the
-//! submit and the wait cancel. Every kernel leaves a count the host checks; a wrong one
-//! fails the run (exit status 1), so a driver that skipped work cannot pass for fast.
+//! submit and the wait cancel. Every kernel but the empty one leaves a count the host
+//! checks; a wrong one fails the run (exit status 1), so a driver that skipped work cannot
+//! pass for fast.
 
 use std::sync::mpsc;
 use std::time::Instant;
@@ -263,7 +264,8 @@ fn main() -> Result<(), String> {
     let bind = probe.bind(&bump, &[(1, &counter)]);
     let t = probe.per_step(|_| Step { pipeline: &bump, bind: Some(&bind), workgroups: 1 }, n, false)?;
     report("1 workgroup, each dispatch after the last (a barrier)", t, "µs per dispatch", 1e6);
-    // What `per_step` runs: 2n untimed, then n and 2n, `reps` times each.
+    // What `per_step` runs: 2n untimed, then n and 2n, `reps` times each (a multiple of
+    // ROTATION, as n is).
     let chained = (2 + 3 * probe.reps as u64) * n as u64;
     check(&probe, &counter, chained, "bump")?;
 
@@ -276,6 +278,9 @@ fn main() -> Result<(), String> {
         "µs per dispatch",
         1e6,
     );
+    for (i, c) in counters.iter().enumerate() {
+        check(&probe, c, chained / ROTATION as u64, &format!("bump, buffer {i} of {ROTATION}"))?;
+    }
 
     probe.clear(&counter)?;
     let t = probe.per_step(|_| Step { pipeline: &bump, bind: Some(&bind), workgroups: 1 }, n, true)?;
