@@ -153,11 +153,13 @@ impl Engine for CpuEngine {
             caches: &mut self.caches,
         };
         for i in program.instructions() {
-            let pos = match i {
-                Instruction::Attention(a) if self.profiler.is_on() => Some(program.resolve_u32(a.pos, params)?),
+            let attended = match i {
+                Instruction::Attention(a) if self.profiler.is_on() => {
+                    Some(ops::attended_positions(&exec, program, params, a)?)
+                }
                 _ => None,
             };
-            self.profiler.run(&self.memory, i, pos, || ops::run(&mut exec, program, i, params))?;
+            self.profiler.run(&self.memory, i, attended, || ops::run(&mut exec, program, i, params))?;
         }
         Ok(())
     }

@@ -54,9 +54,9 @@ impl Profiler {
         self.on
     }
 
-    /// Runs `f`, the instruction `i`, timing it when profiling is on. `pos` is the position
-    /// of ATTENTION's first query row (`None` for other instructions).
-    pub fn run<T>(&mut self, reg: &Registry, i: &Instruction, pos: Option<u32>, f: impl FnOnce() -> T) -> T {
+    /// Runs `f`, the instruction `i`, timing it when profiling is on. `attended` is the cache
+    /// rows an ATTENTION reads from each cache (`None` for other instructions).
+    pub fn run<T>(&mut self, reg: &Registry, i: &Instruction, attended: Option<u64>, f: impl FnOnce() -> T) -> T {
         if !self.on {
             return f();
         }
@@ -76,7 +76,7 @@ impl Profiler {
         };
         let totals = &mut self.families[slot].1;
         totals.instructions += 1;
-        totals.bytes += bytes_read(reg, i, pos);
+        totals.bytes += bytes_read(reg, i, attended);
         totals.seconds += seconds;
         result
     }
@@ -120,7 +120,7 @@ fn tensor_bytes(reg: &Registry, id: TensorId) -> u64 {
 }
 
 /// The bytes `i` must read (see the module's documentation).
-fn bytes_read(reg: &Registry, i: &Instruction, pos: Option<u32>) -> u64 {
+fn bytes_read(reg: &Registry, i: &Instruction, attended: Option<u64>) -> u64 {
     match i {
         Instruction::Embed(e) => {
             let rows = reg.desc(e.ids).map(|d| d.shape.numel()).unwrap_or(0) as u64;
@@ -128,13 +128,12 @@ fn bytes_read(reg: &Registry, i: &Instruction, pos: Option<u32>) -> u64 {
             tensor_bytes(reg, e.ids) + rows * row
         }
         Instruction::Attention(a) => {
-            let n = reg.desc(a.q).map(|d| d.shape.rows()).unwrap_or(0) as u64;
-            let positions = pos.map_or(0, u64::from) + n;
+            let positions = attended.unwrap_or(0);
             let cache_row = |id| {
                 reg.desc(id)
                     .ok()
                     .and_then(|d| d.dtype.row_bytes(d.shape.cols()).map(|b| (b, d.shape.rows())))
-                    .map_or(0, |(bytes, rows)| bytes as u64 * positions.min(rows as u64))
+                    .map_or(0, |(bytes, _)| bytes as u64 * positions)
             };
             tensor_bytes(reg, a.q) + cache_row(a.k_cache) + cache_row(a.v_cache)
         }
@@ -172,11 +171,15 @@ mod tests {
         let linear = Instruction::Linear(Linear { out: y, x, weight: w, activations: LinearActivations::F32 });
         assert_eq!(family(&reg, &linear).as_deref(), Some("LINEAR F16"));
         assert_eq!(bytes_read(&reg, &linear, None), 64 * 4 + 10 * 64 * 2);
-        let attention =
-            Instruction::Attention(Attention { out: o, q, k_cache: k, v_cache: v, head_dim: 4, pos: U32Arg::Const(5) });
+        let attention = Instruction::Attention(Attention {
+            out: o,
+            q,
+            k_cache: k,
+            v_cache: v,
+            head_dim: 4,
+            rows: U32Arg::Const(5).into(),
+        });
         // Rows at positions 5 and 6 attend to positions 0..=6: 7 rows of each cache.
-        assert_eq!(bytes_read(&reg, &attention, Some(5)), 2 * 8 * 4 + 2 * 7 * 4 * 4);
-        // Never more than the cache holds.
-        assert_eq!(bytes_read(&reg, &attention, Some(500)), 2 * 8 * 4 + 2 * 100 * 4 * 4);
+        assert_eq!(bytes_read(&reg, &attention, Some(7)), 2 * 8 * 4 + 2 * 7 * 4 * 4);
     }
 }

@@ -748,9 +748,10 @@ fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option
         && rq.rot_dim == rq.head_dim
         && rq.style == rk.style
         && rq.base == rk.base
-        && rq.pos == rk.pos;
+        && rq.pos == rk.pos
+        && rq.pos.consecutive().is_some();
     let in_place = rq.x == q && rk.x == k;
-    let writes = kk.src == k && kk.pos == rq.pos && kv.pos == rq.pos;
+    let writes = kk.src == k && kk.rows.consecutive() == rq.pos.consecutive() && kv.rows == kk.rows;
     let ids = [q, k, v, kc, vc];
     let distinct = ids.iter().enumerate().all(|(a, x)| ids[a + 1..].iter().all(|y| y != x));
     let rows = |id| ctx.desc(id).ok().map(|d| d.shape.rows());
@@ -1182,13 +1183,21 @@ mod tests {
                 }
             }
             let pos = U32Arg::Const(3);
-            let rope =
-                |t| Rope { out: t, x: t, head_dim: 64, rot_dim: 64, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
+            let rope = |t| Rope {
+                out: t,
+                x: t,
+                head_dim: 64,
+                rot_dim: 64,
+                style: RopeStyle::Neox,
+                base: 1e4f32.into(),
+                pos: pos.into(),
+            };
             b.rope(rope(q)).expect("valid");
             b.rope(rope(k)).expect("valid");
             b.kv_write(kc, k, pos).expect("valid");
             b.kv_write(vc, v, pos).expect("valid");
-            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: 64, pos }).expect("valid");
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: 64, rows: pos.into() })
+                .expect("valid");
         }
         (b.finish(), reg)
     }
@@ -1243,8 +1252,15 @@ mod tests {
             let kc = b.declare("kc", f, &[8, 64]).expect("valid");
             let vc = b.declare("vc", f, &[8, 64]).expect("valid");
             let pos = U32Arg::Const(3);
-            let rope =
-                |t| Rope { out: t, x: t, head_dim: 32, rot_dim, style: RopeStyle::Neox, base: 1e4f32.into(), pos };
+            let rope = |t| Rope {
+                out: t,
+                x: t,
+                head_dim: 32,
+                rot_dim,
+                style: RopeStyle::Neox,
+                base: 1e4f32.into(),
+                pos: pos.into(),
+            };
             b.rope(rope(q)).expect("valid");
             b.rope(rope(k)).expect("valid");
             b.kv_write(kc, k, pos).expect("valid");

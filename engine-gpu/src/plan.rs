@@ -56,8 +56,8 @@ impl RunPlan {
                 }
             }
             let check = match i {
-                Instruction::KvWrite(k) => Some((k.pos, k.src, k.cache)),
-                Instruction::Attention(a) => Some((a.pos, a.q, a.k_cache)),
+                Instruction::KvWrite(k) => k.rows.consecutive().map(|pos| (pos, k.src, k.cache)),
+                Instruction::Attention(a) => a.rows.consecutive().map(|pos| (pos, a.q, a.k_cache)),
                 _ => None,
             };
             if let Some((pos, rows_of, cache)) = check {

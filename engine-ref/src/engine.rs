@@ -1,5 +1,6 @@
 //! The reference engine: runs each instruction of a program in order, on host tensors.
 
+use purebee_isa::ops::RowPositions;
 use purebee_isa::{Engine, ExecError, Instruction, ParamValue, Program};
 use purebee_memory::{MemoryError, Registry, TensorId};
 
@@ -39,11 +40,18 @@ impl RefEngine {
             Instruction::Softmax(s) => ops::softmax::run(reg, s),
             Instruction::Rope(r) => {
                 let base = program.resolve_f32(r.base, params)?;
-                let pos = program.resolve_u32(r.pos, params)?;
-                ops::rope::run(reg, r, base, pos)
+                let rows = reg.desc(r.x).map_err(mem("ROPE"))?.shape.rows();
+                let positions: Vec<u32> = match r.pos {
+                    RowPositions::Consecutive(start) => {
+                        let start = program.resolve_u32(start, params)?;
+                        (0..rows as u32).map(|row| start.wrapping_add(row)).collect()
+                    }
+                    RowPositions::PerRow(pos) => crate::access::u32s(reg, "ROPE", pos)?.into_owned(),
+                };
+                ops::rope::run(reg, r, base, &positions)
             }
-            Instruction::KvWrite(k) => ops::kv_write::run(reg, k, program.resolve_u32(k.pos, params)?),
-            Instruction::Attention(a) => ops::attention::run(reg, a, program.resolve_u32(a.pos, params)?),
+            Instruction::KvWrite(k) => ops::kv_write::run(reg, program, params, k),
+            Instruction::Attention(a) => ops::attention::run(reg, program, params, a),
             Instruction::Argmax(a) => ops::argmax::run(reg, a),
             Instruction::TopK(t) => ops::top_k::run(reg, t),
         }

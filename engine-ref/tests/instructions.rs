@@ -406,7 +406,7 @@ fn rope_rotates_neox_and_normal_pairs_by_position() {
         let mut b = ProgramBuilder::new("p", e.memory_mut());
         let pos = b.param_u32("pos").expect("param");
         let y = b.alloc("y", DType::F32, &[1, 6]).expect("declare");
-        b.rope(Rope { out: y, x, head_dim: 6, rot_dim: 4, style, base: 100.0.into(), pos }).expect("valid");
+        b.rope(Rope { out: y, x, head_dim: 6, rot_dim: 4, style, base: 100.0.into(), pos: pos.into() }).expect("valid");
         let p = b.finish();
         e.execute(&p, &[ParamValue::U32(0)]).expect("runs");
         assert_eq!(e.read_f32(y).expect("live"), xv, "position 0 is the identity");
@@ -485,7 +485,8 @@ fn kv_write_and_causal_grouped_query_attention() {
     let pos = b.param_u32("pos").expect("param");
     b.kv_write(kc, k, pos).expect("valid");
     b.kv_write(vc, v, pos).expect("valid");
-    b.attention(Attention { out: o, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, pos }).expect("valid");
+    b.attention(Attention { out: o, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, rows: pos.into() })
+        .expect("valid");
     let step = b.finish();
     // Keys: position 0 = [1,0 | 0,1], position 1 = [0,1 | 1,0]. Values: distinct per kv head.
     e.write_f32(k, &[1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]).expect("size");
@@ -522,7 +523,7 @@ fn attention_over_many_positions_matches_f64() {
     let vc = f32_weight(&mut e, "v", &[n_ctx, n_kv * hd], vv.clone());
     let mut b = ProgramBuilder::new("p", e.memory_mut());
     let o = b.alloc("o", DType::F32, &[n, n_head * hd]).expect("declare");
-    b.attention(Attention { out: o, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, pos: 4.into() }).expect("valid");
+    b.attention(Attention { out: o, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, rows: 4.into() }).expect("valid");
     let p = b.finish();
     e.execute(&p, &[]).expect("runs");
     let got = e.read_f32(o).expect("live");

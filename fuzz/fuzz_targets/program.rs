@@ -85,7 +85,7 @@ enum Op {
     Softmax(u8, u8),
     Rope { out: u8, x: u8, head_dim: u32, rot_dim: u32, neox: bool, base: F32Sel, pos: U32Sel },
     KvWrite(u8, u8, U32Sel),
-    Attention { out: u8, q: u8, k: u8, v: u8, head_dim: u32, pos: U32Sel },
+    Attention { out: u8, q: u8, k: u8, v: u8, head_dim: u32, rows: (U32Sel).into() },
     Argmax(u8, u8),
     TopK { values: u8, ids: u8, x: u8, k: u32 },
 }
@@ -172,7 +172,7 @@ fuzz_target!(|input: Input| {
             Op::Relu2(o, x) => Instruction::Relu2(Unary { out: t(*o), x: t(*x) }),
             Op::Gelu(o, x) => Instruction::Gelu(Unary { out: t(*o), x: t(*x) }),
             Op::Softmax(o, x) => Instruction::Softmax(Softmax { out: t(*o), x: t(*x) }),
-            Op::Rope { out, x, head_dim, rot_dim, neox, base, pos } => Instruction::Rope(Rope {
+            Op::Rope { out, x, head_dim, rot_dim, neox, base, pos: pos.into() } => Instruction::Rope(Rope {
                 out: t(*out),
                 x: t(*x),
                 head_dim: *head_dim,
@@ -182,7 +182,7 @@ fuzz_target!(|input: Input| {
                 pos: u32_arg(pos),
             }),
             Op::KvWrite(c, s, pos) => Instruction::KvWrite(KvWrite { cache: t(*c), src: t(*s), pos: u32_arg(pos) }),
-            Op::Attention { out, q, k, v, head_dim, pos } => Instruction::Attention(Attention {
+            Op::Attention { out, q, k, v, head_dim, rows: pos.into() } => Instruction::Attention(Attention {
                 out: t(*out),
                 q: t(*q),
                 k_cache: t(*k),

@@ -153,6 +153,20 @@ pub enum ExecError {
         /// The cache's rows.
         n_ctx: usize,
     },
+    /// A per-row index (a sequence, a position, a page) outside what it indexes.
+    #[error("{op}: row {row} of '{tensor}' holds {value}, expected {expected}")]
+    IndexOutOfRange {
+        /// The instruction.
+        op: &'static str,
+        /// The index tensor's name.
+        tensor: String,
+        /// The row of the index tensor.
+        row: usize,
+        /// The value found.
+        value: u64,
+        /// What it must be.
+        expected: String,
+    },
     /// Weight bytes the engine could not decode.
     #[error("{op}: tensor '{tensor}': {reason}")]
     Decode {

@@ -94,9 +94,11 @@ impl Instruction {
             Instruction::TensorAdd(i) | Instruction::ElementMul(i) => vec![i.out, i.a, i.b],
             Instruction::Silu(i) | Instruction::Relu2(i) | Instruction::Gelu(i) => vec![i.out, i.x],
             Instruction::Softmax(i) => vec![i.out, i.x],
-            Instruction::Rope(i) => vec![i.out, i.x],
-            Instruction::KvWrite(i) => vec![i.cache, i.src],
-            Instruction::Attention(i) => vec![i.out, i.q, i.k_cache, i.v_cache],
+            Instruction::Rope(i) => [i.out, i.x].into_iter().chain(i.pos.tensor()).collect(),
+            Instruction::KvWrite(i) => [i.cache, i.src].into_iter().chain(i.rows.tensors()).collect(),
+            Instruction::Attention(i) => {
+                [i.out, i.q, i.k_cache, i.v_cache].into_iter().chain(i.rows.tensors()).collect()
+            }
             Instruction::Argmax(i) => vec![i.out, i.x],
             Instruction::TopK(i) => vec![i.values, i.ids, i.x],
         }

@@ -279,8 +279,8 @@ impl<'r> ProgramBuilder<'r> {
         self.push(Instruction::Rope(rope))
     }
     /// KV_WRITE.
-    pub fn kv_write(&mut self, cache: TensorId, src: TensorId, pos: U32Arg) -> Result<(), IsaError> {
-        self.push(Instruction::KvWrite(KvWrite { cache, src, pos }))
+    pub fn kv_write(&mut self, cache: TensorId, src: TensorId, rows: impl Into<CacheRows>) -> Result<(), IsaError> {
+        self.push(Instruction::KvWrite(KvWrite { cache, src, rows: rows.into() }))
     }
     /// ATTENTION.
     pub fn attention(&mut self, attention: Attention) -> Result<(), IsaError> {

@@ -89,12 +89,20 @@ fn rope_and_attention_check_their_head_geometry() {
     let k = b.alloc("k", DType::F32, &[16, 64]).expect("declare");
     let v = b.alloc("v", DType::F32, &[16, 64]).expect("declare");
     let o = b.alloc("o", DType::F32, &[2, 96]).expect("declare");
-    let rope = |rot_dim| Rope { out: q, x: q, head_dim: 32, rot_dim, style: RopeStyle::Neox, base: 1e4.into(), pos };
+    let rope = |rot_dim| Rope {
+        out: q,
+        x: q,
+        head_dim: 32,
+        rot_dim,
+        style: RopeStyle::Neox,
+        base: 1e4.into(),
+        pos: pos.into(),
+    };
     assert!(matches!(b.rope(rope(31)), Err(IsaError::Invalid { op: "ROPE", .. })));
     assert!(matches!(b.rope(rope(64)), Err(IsaError::Invalid { op: "ROPE", .. })));
     b.rope(rope(32)).expect("valid");
     // 3 query heads over 2 kv heads: not a grouping.
-    let att = Attention { out: o, q, k_cache: k, v_cache: v, head_dim: 32, pos };
+    let att = Attention { out: o, q, k_cache: k, v_cache: v, head_dim: 32, rows: pos.into() };
     assert!(matches!(b.attention(att), Err(IsaError::Invalid { op: "ATTENTION", .. })));
     // A parameter used as the wrong type.
     let base = b.param_f32("base").expect("new param");
@@ -103,7 +111,8 @@ fn rope_and_attention_check_their_head_geometry() {
         pos: U32Arg::Param(match base {
             purebee_isa::F32Arg::Param(p) => p,
             purebee_isa::F32Arg::Const(_) => unreachable!("param_f32 returns a parameter"),
-        }),
+        })
+        .into(),
         ..rope(32)
     };
     assert!(matches!(b.rope(bad), Err(IsaError::Param { op: "ROPE", .. })));

@@ -96,13 +96,20 @@ pub(crate) fn record_forward(
             rot_dim: cfg.rot_dim as u32,
             style: cfg.arch.rope_style(),
             base: cfg.rope_base.into(),
-            pos,
+            pos: pos.into(),
         };
         b.rope(rope(q))?;
         b.rope(rope(k))?;
         b.kv_write(kv.k[l], k, pos)?;
         b.kv_write(kv.v[l], v, pos)?;
-        b.attention(Attention { out: att, q, k_cache: kv.k[l], v_cache: kv.v[l], head_dim: cfg.head_dim as u32, pos })?;
+        b.attention(Attention {
+            out: att,
+            q,
+            k_cache: kv.k[l],
+            v_cache: kv.v[l],
+            head_dim: cfg.head_dim as u32,
+            rows: pos.into(),
+        })?;
         if let Some(norm) = lw.attn_sub_norm {
             b.rms_norm(att, att, norm, cfg.rms_eps)?; // BitNet: sub-norm before the projection
         }

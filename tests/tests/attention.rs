@@ -147,7 +147,14 @@ fn check<E: Engine>(pair: &mut Pair<E>, c: &Case) -> Result<(), String> {
     let results = pair.run_each(&inputs, &runs, |b: &mut ProgramBuilder, name, ids| {
         let pos = if c.pos_param { b.param_u32("pos")? } else { U32Arg::Const(c.positions[0]) };
         let out = b.alloc(&name("out"), DType::F32, &[c.n, q_width])?;
-        b.attention(Attention { out, q: ids[0], k_cache: ids[1], v_cache: ids[2], head_dim: c.head_dim as u32, pos })?;
+        b.attention(Attention {
+            out,
+            q: ids[0],
+            k_cache: ids[1],
+            v_cache: ids[2],
+            head_dim: c.head_dim as u32,
+            rows: pos.into(),
+        })?;
         Ok(vec![out])
     });
     for (run, (got, reference)) in results.iter().enumerate() {
@@ -431,7 +438,7 @@ fn chunked_prefill_of_two_layers<E: Engine>(pair: &mut Pair<E>) -> Result<(), St
             b.kv_write(kc, k, pos)?;
             b.kv_write(vc, v, pos)?;
             let out = b.alloc(&name(&format!("out{l}")), DType::F32, &[n, n_head * hd])?;
-            b.attention(Attention { out, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, pos })?;
+            b.attention(Attention { out, q, k_cache: kc, v_cache: vc, head_dim: hd as u32, rows: pos.into() })?;
             outs.extend([out, kc, vc]);
         }
         Ok(outs)
@@ -497,7 +504,7 @@ fn a_head_too_wide_for_the_gpu_kernel_is_an_error() {
     let v = gpu.memory_mut().insert("wide.v", tensor("v", 4)).expect("unique");
     let mut b = ProgramBuilder::new("wide", gpu.memory_mut());
     let out = b.alloc("wide.out", DType::F32, &[1, hd]).expect("alloc");
-    b.attention(Attention { out, q, k_cache: k, v_cache: v, head_dim: hd as u32, pos: U32Arg::Const(3) })
+    b.attention(Attention { out, q, k_cache: k, v_cache: v, head_dim: hd as u32, rows: (U32Arg::Const(3)).into() })
         .expect("a valid ATTENTION");
     let program = b.finish();
     let err = gpu.execute(&program, &[]).expect_err("a head of 4096 does not fit the kernel").to_string();

@@ -219,13 +219,13 @@ impl Layer {
                 rot_dim: hd,
                 style: RopeStyle::Neox,
                 base: 10000f32.into(),
-                pos,
+                pos: pos.into(),
             };
             b.rope(rope(q))?;
             b.rope(rope(k))?;
             b.kv_write(kc, k, pos)?;
             b.kv_write(vc, v, pos)?;
-            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, rows: pos.into() })?;
             b.rms_norm(att, att, attn_sub, 1e-5)?;
             b.bitlinear(proj, att, w[3].0, w[3].1)?;
             b.add(x, x, proj)?;
@@ -503,13 +503,13 @@ impl LlamaLayer {
                 rot_dim: hd,
                 style: RopeStyle::Normal,
                 base: 5e5f32.into(),
-                pos,
+                pos: pos.into(),
             };
             b.rope(rope(q))?;
             b.rope(rope(k))?;
             b.kv_write(kc, k, pos)?;
             b.kv_write(vc, v, pos)?;
-            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, pos })?;
+            b.attention(Attention { out: att, q, k_cache: kc, v_cache: vc, head_dim: hd, rows: pos.into() })?;
             b.linear_with(proj, att, w[3], acts)?;
             b.add(x, x, proj)?;
             b.rms_norm(h, x, n2, 1e-5)?;

@@ -163,8 +163,15 @@ fn the_cpu_engine_fails_as_the_reference_does() {
 
         let mut b = ProgramBuilder::new("attend", e.memory_mut());
         let pos = b.param_u32("pos").expect("param");
-        b.attention(purebee_isa::ops::Attention { out, q, k_cache: cache, v_cache: vcache, head_dim: 4, pos })
-            .expect("valid");
+        b.attention(purebee_isa::ops::Attention {
+            out,
+            q,
+            k_cache: cache,
+            v_cache: vcache,
+            head_dim: 4,
+            rows: pos.into(),
+        })
+        .expect("valid");
         let attend = b.finish();
         got.extend(positions_and_reads(e, &attend, &[0, 6, 7, 8, u32::MAX], out));
 

@@ -167,7 +167,15 @@ fn check<E: Engine>(pair: &mut Pair<E>, c: &Case, expect: Expect) -> Result<(), 
         } else {
             ids[0]
         };
-        b.rope(Rope { out, x, head_dim: c.head_dim as u32, rot_dim: c.rot_dim as u32, style: c.style, base, pos })?;
+        b.rope(Rope {
+            out,
+            x,
+            head_dim: c.head_dim as u32,
+            rot_dim: c.rot_dim as u32,
+            style: c.style,
+            base,
+            pos: pos.into(),
+        })?;
         Ok(vec![out])
     });
     for (run, (got, reference)) in results.iter().enumerate() {

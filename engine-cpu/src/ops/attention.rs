@@ -13,15 +13,22 @@
 //! threads whatever the number of kv heads (SmolLM2's 3 on 2 threads). Within a part, one
 //! pass over its key rows and one over its value rows, in place and in order
 //! (`kernels/attention.rs`): the query heads that share a kv head share each load.
+//!
+//! Paged rows (a batched step of several sequences): every row alone, in parts that end at
+//! every page boundary and every [`PAGED_PART`] positions, merged in order. The parts
+//! depend only on the row's position and the page size, never on the other rows or the
+//! threads, so a sequence gets the same bits in any batch (the ISA's promise); the tasks,
+//! one per (row, part), balance the threads.
 
 use purebee_isa::ops::Attention;
-use purebee_isa::ExecError;
+use purebee_isa::{ExecError, ParamValue, Program};
 
-use super::kv_write::check_fits;
+use super::cache_rows::{resolve, Resolved};
 use super::{f32s_mut, Exec};
 use crate::kernels::attention;
 use crate::kernels::linear::dot_tile;
 use crate::kernels::math;
+use crate::kernels::pool::Pool;
 use crate::kernels::Simd;
 use crate::store::dims;
 
@@ -30,6 +37,9 @@ const SPLIT_POSITIONS: usize = 256;
 /// The fewest positions a part gets when a short context is split only to give every
 /// thread work.
 const MIN_PART: usize = 32;
+
+/// The most positions of one part of a paged row.
+const PAGED_PART: usize = 256;
 
 /// Query rows per prefill task.
 const ROW_BLOCK: usize = 16;
@@ -154,11 +164,49 @@ fn merge(parts: &[Part], hd: usize, out: &mut [f32]) {
     }
 }
 
-pub(crate) fn run(e: &mut Exec, a: &Attention, pos: u32) -> Result<(), ExecError> {
+/// The position ranges `[t0, t1)` of a paged row at position `p`: they end at every page
+/// boundary and every [`PAGED_PART`] positions, so each covers consecutive cache rows.
+fn paged_parts(p: usize, page: usize) -> impl Iterator<Item = (usize, usize)> {
+    let len = p + 1;
+    let mut t = 0;
+    std::iter::from_fn(move || {
+        (t < len).then(|| {
+            let end = len.min((t / page + 1) * page).min((t / PAGED_PART + 1) * PAGED_PART);
+            let part = (t, end);
+            t = end;
+            part
+        })
+    })
+}
+
+/// Paged rows: one task per (row, part), then each row's parts merged in order.
+fn attend_paged(s: Shape, (q, k, v): (&[f32], &[f32], &[f32]), rows: &Resolved, pool: &Pool, out: &mut [f32]) {
+    let q_width = s.kv_width * s.group; // n_kv · group · hd
+    let n = out.len() / q_width.max(1);
+    let page = rows.page_size().unwrap_or(usize::MAX);
+    let tasks: Vec<(usize, usize, usize)> =
+        (0..n).flat_map(|r| paged_parts(rows.position(r), page).map(move |(t0, t1)| (r, t0, t1))).collect();
+    let mut parts: Vec<Option<Part>> = (0..tasks.len()).map(|_| None).collect();
+    pool.for_each_chunk(&mut parts, 1, &|i, p| {
+        let (r, t0, t1) = tasks[i];
+        let c0 = rows.cache_row(r, t0);
+        p[0] = Some(attend(s, &q[r * q_width..(r + 1) * q_width], (k, v), c0, c0 + (t1 - t0)));
+    });
+    let mut parts = parts.into_iter().flatten();
+    let mut row_parts = Vec::new();
+    for (r, o) in out.chunks_exact_mut(q_width.max(1)).enumerate() {
+        row_parts.clear();
+        let count = tasks.iter().filter(|t| t.0 == r).count();
+        row_parts.extend(parts.by_ref().take(count));
+        merge(&row_parts, s.hd, o);
+    }
+}
+
+pub(crate) fn run(e: &mut Exec, program: &Program, params: &[ParamValue], a: &Attention) -> Result<(), ExecError> {
     const OP: &str = "ATTENTION";
     let (n, q_width) = dims(e.reg, OP, a.q)?;
     let (_, kv_width) = dims(e.reg, OP, a.k_cache)?;
-    check_fits(e, OP, a.k_cache, pos, n)?;
+    let rows = resolve(e, OP, program, params, &a.rows, n, a.k_cache, true)?;
     e.store.f32s(e.reg, OP, a.q)?;
     e.store.f32s(e.reg, OP, a.k_cache)?;
     e.store.f32s(e.reg, OP, a.v_cache)?;
@@ -172,11 +220,18 @@ pub(crate) fn run(e: &mut Exec, a: &Attention, pos: u32) -> Result<(), ExecError
         let k = store.f32s(reg, OP, a.k_cache)?;
         let v = store.f32s(reg, OP, a.v_cache)?;
         let out = f32s_mut(words, n * q_width);
+        let pos = match rows {
+            Resolved::Consecutive(pos) => pos,
+            Resolved::Paged { .. } => {
+                attend_paged(shape, (q, k, v), &rows, pool, out);
+                return Ok(());
+            }
+        };
         if n == 1 {
             // Parts of the positions, each over every kv head (so each reads whole cache rows,
             // in order): two per thread when every part gets MIN_PART positions, more when
             // the context is long.
-            let positions = pos as usize + 1;
+            let positions = pos + 1;
             let for_threads = (2 * pool.threads()).min(positions.div_ceil(MIN_PART));
             let splits = positions.div_ceil(SPLIT_POSITIONS).max(for_threads).max(1);
             let per = positions.div_ceil(splits);
@@ -189,7 +244,7 @@ pub(crate) fn run(e: &mut Exec, a: &Attention, pos: u32) -> Result<(), ExecError
             merge(&parts, hd, out);
         } else {
             pool.for_each_chunk(out, ROW_BLOCK * q_width, &|i, o| {
-                attend_rows(shape, (q, k, v), n_kv, pos as usize, i * ROW_BLOCK, o);
+                attend_rows(shape, (q, k, v), n_kv, pos, i * ROW_BLOCK, o);
             });
         }
         Ok(())

@@ -1,22 +1,31 @@
-//! KV_WRITE: `cache[pos + r] = src[r]`, a copy.
+//! KV_WRITE: each row of `src` copied into the cache row that holds its position.
 
 use purebee_isa::ops::KvWrite;
-use purebee_isa::ExecError;
+use purebee_isa::{ExecError, ParamValue, Program};
 
+use super::cache_rows::{resolve, Resolved};
 use super::{f32s_mut, Exec};
 use crate::store::dims;
 
-pub(crate) fn run(e: &mut Exec, k: &KvWrite, pos: u32) -> Result<(), ExecError> {
+pub(crate) fn run(e: &mut Exec, program: &Program, params: &[ParamValue], k: &KvWrite) -> Result<(), ExecError> {
     const OP: &str = "KV_WRITE";
     let (n, w) = dims(e.reg, OP, k.src)?;
-    check_fits(e, OP, k.cache, pos, n)?;
+    let rows = resolve(e, OP, program, params, &k.rows, n, k.cache, false)?;
     e.store.f32s(e.reg, OP, k.src)?;
     let reg = e.reg;
     let (n_ctx, _) = dims(reg, OP, k.cache)?;
     e.store.with_output(reg, OP, k.cache, |store, words| {
         let src = store.f32s(reg, OP, k.src)?;
-        let start = pos as usize * w;
-        f32s_mut(words, n_ctx * w)[start..start + n * w].copy_from_slice(src);
+        let cache = f32s_mut(words, n_ctx * w);
+        match rows {
+            Resolved::Consecutive(start) => cache[start * w..(start + n) * w].copy_from_slice(src),
+            Resolved::Paged { .. } => {
+                for (r, row) in src.chunks_exact(w.max(1)).enumerate() {
+                    let at = rows.cache_row(r, rows.position(r));
+                    cache[at * w..(at + 1) * w].copy_from_slice(row);
+                }
+            }
+        }
         Ok(())
     })
 }

@@ -3,6 +3,7 @@
 
 mod attention;
 mod bitlinear;
+mod cache_rows;
 mod elementwise;
 mod embed;
 mod kv_write;
@@ -66,14 +67,31 @@ pub(crate) fn run(e: &mut Exec, program: &Program, i: &Instruction, params: &[Pa
         Instruction::Softmax(x) => rows::softmax(e, x),
         Instruction::Rope(r) => {
             let base = program.resolve_f32(r.base, params)?;
-            let pos = program.resolve_u32(r.pos, params)?;
-            rope::run(e, r, base, pos)
+            rope::run(e, program, params, r, base)
         }
-        Instruction::KvWrite(k) => kv_write::run(e, k, program.resolve_u32(k.pos, params)?),
-        Instruction::Attention(a) => attention::run(e, a, program.resolve_u32(a.pos, params)?),
+        Instruction::KvWrite(k) => kv_write::run(e, program, params, k),
+        Instruction::Attention(a) => attention::run(e, program, params, a),
         Instruction::Argmax(a) => rows::argmax(e, a),
         Instruction::TopK(t) => top_k::run(e, t),
     }
+}
+
+/// The cache positions an ATTENTION reads per kv row, summed over its query rows' distinct
+/// prefixes (for the profiler's byte count): `start + n` for consecutive rows, `Σ (pos + 1)`
+/// for paged ones.
+pub(crate) fn attended_positions(
+    e: &Exec,
+    program: &Program,
+    params: &[ParamValue],
+    a: &purebee_isa::ops::Attention,
+) -> Result<u64, ExecError> {
+    use purebee_isa::ops::CacheRows;
+    const OP: &str = "ATTENTION";
+    let n = crate::store::dims(e.reg, OP, a.q)?.0 as u64;
+    Ok(match &a.rows {
+        CacheRows::Consecutive(start) => u64::from(program.resolve_u32(*start, params)?) + n,
+        CacheRows::Paged(p) => e.store.u32s(e.reg, OP, p.pos)?.iter().map(|&t| u64::from(t) + 1).sum(),
+    })
 }
 
 /// GRID_WRITE: a tensor's exact byte image.

@@ -3,26 +3,29 @@
 //! for bit equal. The cos/sin table of one set of positions is kept, so every ROPE of a step
 //! (at the same positions, base and width) computes it once.
 
-use purebee_isa::ops::{Rope, RopeStyle};
-use purebee_isa::ExecError;
+use purebee_isa::ops::{Rope, RopeStyle, RowPositions};
+use purebee_isa::{ExecError, ParamValue, Program};
 
 use super::{f32s_mut, input, maybe_aliased, Exec};
 use crate::store::dims;
 
-/// `(sin θ, cos θ)` per row and pair, for one `(base, rot_dim, pos, rows)`.
+/// `(sin θ, cos θ)` per row and pair, for one `(base, rot_dim)` and the rows' positions.
 #[derive(Default)]
 pub(crate) struct Table {
-    key: Option<(u32, u32, u32, usize)>,
+    key: Option<(u32, u32)>,
+    positions: Vec<u32>,
     sin_cos: Vec<(f64, f64)>,
 }
 
 impl Table {
-    fn get(&mut self, base: f32, rot: usize, pos: u32, rows: usize) -> &[(f64, f64)] {
-        let key = (base.to_bits(), rot as u32, pos, rows);
-        if self.key != Some(key) {
+    fn get(&mut self, base: f32, rot: usize, positions: &[u32]) -> &[(f64, f64)] {
+        let key = (base.to_bits(), rot as u32);
+        if self.key != Some(key) || self.positions != positions {
             self.sin_cos.clear();
-            for row in 0..rows {
-                let p = pos as f64 + row as f64;
+            self.positions.clear();
+            self.positions.extend_from_slice(positions);
+            for &p in positions {
+                let p = p as f64;
                 for i in 0..rot / 2 {
                     // θ_i = p · base^(−2i/rot_dim), as the reference computes it.
                     let theta = p * (base as f64).powf(-2.0 * i as f64 / rot as f64);
@@ -35,12 +38,25 @@ impl Table {
     }
 }
 
-pub(crate) fn run(e: &mut Exec, r: &Rope, base: f32, pos: u32) -> Result<(), ExecError> {
+pub(crate) fn run(
+    e: &mut Exec,
+    program: &Program,
+    params: &[ParamValue],
+    r: &Rope,
+    base: f32,
+) -> Result<(), ExecError> {
     const OP: &str = "ROPE";
     let (rows, width) = dims(e.reg, OP, r.x)?;
+    let positions: Vec<u32> = match r.pos {
+        RowPositions::Consecutive(start) => {
+            let start = program.resolve_u32(start, params)?;
+            (0..rows as u32).map(|row| start.wrapping_add(row)).collect()
+        }
+        RowPositions::PerRow(pos) => e.store.u32s(e.reg, OP, pos)?.to_vec(),
+    };
     let x_copy = maybe_aliased(e, OP, r.x, r.out)?;
     let (hd, rot) = (r.head_dim as usize, r.rot_dim as usize);
-    let table = e.caches.rope.get(base, rot, pos, rows);
+    let table = e.caches.rope.get(base, rot, &positions);
     let reg = e.reg;
     e.store.with_output(reg, OP, r.out, |store, words| {
         let x = input(store, reg, OP, r.x, &x_copy)?;

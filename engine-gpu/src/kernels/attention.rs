@@ -149,7 +149,7 @@ fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
         n_ctx: u(n_ctx)?,
         splits: u(s)?,
         scale: (1.0 / (hd as f64).sqrt()) as f32,
-        pos: ctx.u32_arg(a.pos),
+        pos: ctx.consecutive("ATTENTION", a.rows.consecutive())?,
         slot: u(hd + 2)?,
     };
     Ok(Layout { params, hd, heads, groups, rows_heads, splits: s })

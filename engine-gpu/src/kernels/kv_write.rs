@@ -45,7 +45,7 @@ pub(crate) fn record(ctx: &RecordCtx, k: &KvWrite) -> Result<Vec<KernelCall>, Gp
         width: u32_of(src.cols(), "a row")?,
         n_rows: u32_of(src.rows(), "a source")?,
         n_ctx: u32_of(cache.rows(), "a cache")?,
-        pos: ctx.u32_arg(k.pos),
+        pos: ctx.consecutive("KV_WRITE", k.rows.consecutive())?,
         _pad: [0; 2],
     };
     Ok(vec![KernelCall {

@@ -569,6 +569,13 @@ impl RecordCtx<'_> {
         self.reg.desc(id).map_err(|e| GpuError::Wgpu(e.to_string()))
     }
 
+    /// The start of consecutive rows (`RowPositions` or `CacheRows`); per-row positions
+    /// have kernels of their own.
+    pub fn consecutive(&self, op: &'static str, start: Option<U32Arg>) -> Result<ArgSlot, GpuError> {
+        let what = || "per-row positions".to_string();
+        start.map(|s| self.u32_arg(s)).ok_or_else(|| GpuError::Unsupported { op, what: what() })
+    }
+
     pub fn u32_arg(&self, a: U32Arg) -> ArgSlot {
         match a {
             U32Arg::Const(v) => ArgSlot { value: v, param: ARG_CONST },

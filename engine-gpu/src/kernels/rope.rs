@@ -61,7 +61,7 @@ pub(crate) fn record(ctx: &RecordCtx, r: &Rope) -> Result<Vec<KernelCall>, GpuEr
         half_rot: r.rot_dim / 2,
         items: u(items)?,
         total: u(total)?,
-        pos: ctx.u32_arg(r.pos),
+        pos: ctx.consecutive("ROPE", r.pos.consecutive())?,
         base: ctx.f32_arg(r.base),
         _pad: [0; 3],
     };

@@ -72,7 +72,7 @@ pub(crate) fn record(
         k_ctx: u(ctx.desc(kk.cache)?.shape.rows())?,
         v_ctx: u(ctx.desc(kv.cache)?.shape.rows())?,
         _pad0: 0,
-        pos: ctx.u32_arg(rq.pos),
+        pos: ctx.consecutive("ROPE", rq.pos.consecutive())?,
         base: ctx.f32_arg(rq.base),
     };
     u(total)?;

@@ -63,7 +63,7 @@ impl RopeEpilogue<'_> {
             k_ctx: rows(self.cache_k.cache)?,
             v_ctx: rows(self.cache_v.cache)?,
             _pad: 0,
-            pos: ctx.u32_arg(self.rope_q.pos),
+            pos: ctx.consecutive("ROPE", self.rope_q.pos.consecutive())?,
             base: ctx.f32_arg(self.rope_q.base),
         })
     }

@@ -1,17 +1,23 @@
 //! ATTENTION: causal grouped-query attention over the cache, in f64.
 
 use purebee_isa::ops::Attention;
-use purebee_isa::ExecError;
+use purebee_isa::{ExecError, ParamValue, Program};
 use purebee_memory::Registry;
 
-use crate::access::{check_fits, dims, f32s, store_f32};
+use crate::access::{dims, f32s, store_f32};
+use crate::ops::rows::cache_rows;
 use crate::ops::softmax::softmax_weights;
 
-pub(crate) fn run(reg: &mut Registry, a: &Attention, pos: u32) -> Result<(), ExecError> {
+pub(crate) fn run(
+    reg: &mut Registry,
+    program: &Program,
+    params: &[ParamValue],
+    a: &Attention,
+) -> Result<(), ExecError> {
     const OP: &str = "ATTENTION";
     let (n, q_width) = dims(reg, OP, a.q)?;
     let (_, kv_width) = dims(reg, OP, a.k_cache)?;
-    check_fits(reg, OP, a.k_cache, pos, n)?;
+    let positions = cache_rows(reg, OP, program, params, &a.rows, n, a.k_cache, true)?;
     let q = f32s(reg, OP, a.q)?; // [n, n_head · hd]
     let k = f32s(reg, OP, a.k_cache)?; // [n_ctx, n_kv · hd]
     let v = f32s(reg, OP, a.v_cache)?; // [n_ctx, n_kv · hd]
@@ -20,21 +26,22 @@ pub(crate) fn run(reg: &mut Registry, a: &Attention, pos: u32) -> Result<(), Exe
     let group = n_head / n_kv;
     let scale = 1.0 / (hd as f64).sqrt();
     let mut out = vec![0f32; n * q_width]; // [n, n_head · hd]
-    for r in 0..n {
-        let p = pos as usize + r; // attends to cache rows 0..=p
+    for (r, cells) in positions.iter().enumerate() {
+        // Position t of the row's sequence is in cache row cells[t], for t = 0..=p.
         for h in 0..n_head {
             let kvh = h / group;
             let qh = &q[r * q_width + h * hd..][..hd];
-            let scores: Vec<f64> = (0..=p)
-                .map(|t| {
-                    let kt = &k[t * kv_width + kvh * hd..][..hd];
+            let scores: Vec<f64> = cells
+                .iter()
+                .map(|&c| {
+                    let kt = &k[c * kv_width + kvh * hd..][..hd];
                     qh.iter().zip(kt).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() * scale
                 })
                 .collect();
             let weights = softmax_weights(&scores);
             for i in 0..hd {
                 let o: f64 =
-                    weights.iter().enumerate().map(|(t, &wt)| wt * v[t * kv_width + kvh * hd + i] as f64).sum();
+                    weights.iter().zip(cells).map(|(&wt, &c)| wt * v[c * kv_width + kvh * hd + i] as f64).sum();
                 out[r * q_width + h * hd + i] = o as f32;
             }
         }

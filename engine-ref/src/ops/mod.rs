@@ -9,5 +9,6 @@ pub(crate) mod kv_write;
 pub(crate) mod linear;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
+mod rows;
 pub(crate) mod softmax;
 pub(crate) mod top_k;

@@ -6,14 +6,15 @@ use purebee_memory::Registry;
 
 use crate::access::{dims, f32s, store_f32};
 
-pub(crate) fn run(reg: &mut Registry, r: &Rope, base: f32, pos: u32) -> Result<(), ExecError> {
+/// `positions[row]`: the row's position.
+pub(crate) fn run(reg: &mut Registry, r: &Rope, base: f32, positions: &[u32]) -> Result<(), ExecError> {
     const OP: &str = "ROPE";
     let (rows, width) = dims(reg, OP, r.x)?;
     let x = f32s(reg, OP, r.x)?; // [rows, n_heads · head_dim]
     let (hd, rot) = (r.head_dim as usize, r.rot_dim as usize);
     let mut out = x.to_vec(); // [rows, n_heads · head_dim]; elements past rot_dim stay
     for row in 0..rows {
-        let p = pos as f64 + row as f64;
+        let p = positions[row] as f64;
         for head in (0..width).step_by(hd) {
             for i in 0..rot / 2 {
                 // θ_i = p · base^(−2i/rot_dim)

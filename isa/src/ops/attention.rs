@@ -2,21 +2,29 @@
 
 use purebee_memory::TensorId;
 
+use crate::ops::CacheRows;
 use crate::validate::Checker;
-use crate::{IsaError, U32Arg};
+use crate::IsaError;
 
 /// ATTENTION: causal grouped-query softmax attention of query rows over cached positions.
 ///
 /// - `q`: F32 `[n, n_head · head_dim]`; `k_cache`, `v_cache`: F32
 ///   `[n_ctx, n_kv_head · head_dim]`; `out`: F32 `[n, n_head · head_dim]`, distinct from
 ///   the inputs. `n_kv_head` divides `n_head`.
-/// - Query row `r` is at position `p = pos + r` and attends to cache rows `0 ..= p`
-///   (which earlier KV_WRITEs must have filled); `pos + n > n_ctx` is a run-time error.
+/// - Query row `r` is at position `p` of its sequence and attends to that sequence's
+///   positions `t = 0 ..= p` (which earlier KV_WRITEs must have filled):
+///   - [`CacheRows::Consecutive`]`(start)`: one sequence, `p = start + r`, position `t` in
+///     cache row `t`; `start + n > n_ctx` is a run-time error;
+///   - [`CacheRows::Paged`]: `p = pos[r]` of sequence `seq[r]`, position `t` in the cache row
+///     [`crate::ops::PagedRows`] gives, with its run-time checks.
 /// - Query head `h` reads kv head `h / (n_head / n_kv_head)`.
 /// - `score_t = (q_h · k_t,kvh) / sqrt(head_dim)`; `w = softmax(score)` (max-subtracted);
 ///   `out_h = Σ_t w_t · v_t,kvh`.
 /// - Engines accumulate in f32 or wider, in any order (the reference engine: f64), and
-///   round once.
+///   round once. With [`CacheRows::Paged`] a row's result depends only on its own query,
+///   its sequence's cached positions `0 ..= p` and `p`, never on the other rows of the
+///   instruction: each row is computed in the same order however many rows share the
+///   instruction, so a batched step gives every sequence the bits it would get alone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Attention {
     /// The output.
@@ -29,8 +37,8 @@ pub struct Attention {
     pub v_cache: TensorId,
     /// Elements per head.
     pub head_dim: u32,
-    /// The position of query row 0.
-    pub pos: U32Arg,
+    /// Where the query rows sit.
+    pub rows: CacheRows,
 }
 
 impl Attention {
@@ -51,7 +59,9 @@ impl Attention {
         if n_kv == 0 || n_head % n_kv != 0 {
             return Err(c.invalid(format!("{n_kv} kv heads do not divide {n_head} query heads")));
         }
-        c.distinct(self.out, &[self.q, self.k_cache, self.v_cache])?;
-        c.u32_arg(self.pos)
+        let mut inputs = vec![self.q, self.k_cache, self.v_cache];
+        inputs.extend(self.rows.tensors());
+        c.distinct(self.out, &inputs)?;
+        self.rows.validate(c, n)
     }
 }

@@ -10,6 +10,7 @@ mod kv_write;
 mod linear;
 mod rms_norm;
 mod rope;
+mod rows;
 mod softmax;
 mod top_k;
 
@@ -23,5 +24,6 @@ pub use kv_write::KvWrite;
 pub use linear::{quantize_blocks, Linear, LinearActivations, LINEAR_ACT_BLOCK};
 pub use rms_norm::RmsNorm;
 pub use rope::{Rope, RopeStyle};
+pub use rows::{CacheRows, PagedRows, RowPositions};
 pub use softmax::Softmax;
 pub use top_k::TopK;

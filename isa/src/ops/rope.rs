@@ -2,8 +2,9 @@
 
 use purebee_memory::TensorId;
 
+use crate::ops::RowPositions;
 use crate::validate::Checker;
-use crate::{F32Arg, IsaError, U32Arg};
+use crate::{F32Arg, IsaError};
 
 /// Which elements of a head RoPE rotates together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,7 +19,8 @@ pub enum RopeStyle {
 /// ROPE: rotates each head of each row by its position.
 ///
 /// - `x`, `out`: F32 `[n, n_heads · head_dim]`; `out` may be `x`.
-/// - Row `r` is at position `p = pos + r`.
+/// - Row `r` is at position `p`: `start + r` for [`RowPositions::Consecutive`], `pos[r]`
+///   for [`RowPositions::PerRow`] (U32 `[n]`).
 /// - In every head, pair `i` (`0 ≤ i < rot_dim/2`, see [`RopeStyle`] for which two
 ///   elements `(a, b)` form it) is rotated by `θ_i = p · base^(−2i/rot_dim)`:
 ///   `a' = a·cos θ_i − b·sin θ_i`, `b' = a·sin θ_i + b·cos θ_i`. Elements at or past
@@ -40,14 +42,14 @@ pub struct Rope {
     pub style: RopeStyle,
     /// The frequency base (`rope.freq_base`, 10000 by default).
     pub base: F32Arg,
-    /// The position of row 0.
-    pub pos: U32Arg,
+    /// The position of each row.
+    pub pos: RowPositions,
 }
 
 impl Rope {
     pub(crate) fn validate(&self, c: &Checker) -> Result<(), IsaError> {
         let x = c.f32("x", self.x)?;
-        let (_, cols) = c.matrix("x", x)?;
+        let (n, cols) = c.matrix("x", x)?;
         let out = c.f32("out", self.out)?;
         c.shape("out", out, x.shape.dims())?;
         let hd = self.head_dim as usize;
@@ -63,6 +65,9 @@ impl Rope {
             }
         }
         c.f32_arg(self.base)?;
-        c.u32_arg(self.pos)
+        if let Some(pos) = self.pos.tensor() {
+            c.distinct(self.out, &[pos])?;
+        }
+        self.pos.validate(c, n)
     }
 }
