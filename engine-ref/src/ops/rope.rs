@@ -13,8 +13,8 @@ pub(crate) fn run(reg: &mut Registry, r: &Rope, base: f32, positions: &[u32]) ->
     let x = f32s(reg, OP, r.x)?; // [rows, n_heads · head_dim]
     let (hd, rot) = (r.head_dim as usize, r.rot_dim as usize);
     let mut out = x.to_vec(); // [rows, n_heads · head_dim]; elements past rot_dim stay
-    for row in 0..rows {
-        let p = positions[row] as f64;
+    for (row, &p) in positions.iter().enumerate().take(rows) {
+        let p = p as f64;
         for head in (0..width).step_by(hd) {
             for i in 0..rot / 2 {
                 // θ_i = p · base^(−2i/rot_dim)

@@ -11,6 +11,7 @@ use crate::access::{check_fits, dims, u32s};
 /// For each of the `n` rows: the cache rows holding its sequence's positions `0 ..= p`
 /// (the last one is the row's own position). `whole_prefix`: check every page up to `p`
 /// (ATTENTION reads them), else only the row's own (KV_WRITE).
+#[allow(clippy::too_many_arguments)] // the instruction's rows, its run and its cache
 pub(crate) fn cache_rows(
     reg: &Registry,
     op: &'static str,
