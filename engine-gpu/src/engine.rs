@@ -11,6 +11,7 @@ use purebee_memory::{MemoryError, Registry, TensorId};
 
 use crate::cache::Lru;
 use crate::compile::{compile, Compiled, Step};
+use crate::host_index::HostCopies;
 use crate::kernels::{layout, ScratchKey};
 use crate::pipelines::PipelineCache;
 use crate::plan::RunPlan;
@@ -64,6 +65,8 @@ pub struct GpuEngine {
     /// Each program's lifetime facts, worked out on its first run (they do not depend on
     /// buffers, so they outlive recompilations).
     plans: Lru<RunPlan>,
+    /// The U32 tensors as the host knows them, for the checks of paged rows.
+    host: HostCopies,
     /// A reusable MAP_READ buffer for GRID_READ, grown as needed.
     staging: Option<wgpu::Buffer>,
     /// Dispatches and submits so far (`Engine::counters`).
@@ -89,6 +92,7 @@ impl GpuEngine {
             pipelines: PipelineCache::default(),
             compiled: Lru::new(COMPILED_PROGRAMS),
             plans: Lru::new(RUN_PLANS),
+            host: HostCopies::default(),
             staging: None,
             counters: DispatchCounters::default(),
             unsubmitted: Vec::new(),
@@ -253,7 +257,7 @@ impl Engine for GpuEngine {
             return Err(GpuError::Wgpu("run plan missing".to_string()).into());
         };
         self.check_liveness(plan)?;
-        plan.check_positions(program, params, &self.memory)?;
+        plan.check_positions(program, params, &self.memory, &self.host)?;
         let current = self.compiled.peek(&program.id()).is_some_and(|c| c.is_current(&self.store));
         if !current || !params.is_empty() {
             // The earlier programs' commands go first: this one's parameter writes (and the
@@ -346,6 +350,9 @@ impl Engine for GpuEngine {
             // The profile waits for this run's timestamps.
             self.flush();
         }
+        if let Some(plan) = self.plans.peek(&program.id()) {
+            plan.apply_contents(program, &mut self.host);
+        }
         let mut freed = HashSet::new();
         for &(id, state) in self.plans.peek(&program.id()).map_or(&[][..], |p| &p.effects) {
             self.store.set_state(id, state);
@@ -377,6 +384,7 @@ impl Engine for GpuEngine {
             });
         }
         let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
+        self.host.written(&self.memory, tensor, bytes);
         let desc = self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?;
         if desc.dtype.is_ternary() {
             // Ternary tensors live repacked on the GPU (see `kernels::layout`).

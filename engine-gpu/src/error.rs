@@ -37,6 +37,19 @@ pub enum GpuError {
         /// What is missing.
         what: String,
     },
+    /// A per-row index tensor (a paged KV_WRITE's or ATTENTION's positions, sequences or
+    /// page table) whose contents the host does not know: the engine checks them on the host
+    /// before a run (`host_index.rs`), from what `Engine::write`, GRID_WRITE or GRID_ALLOC
+    /// put there, and a kernel wrote this one (or it is too large to keep).
+    #[error(
+        "{op}: the GPU engine checks the indices in '{tensor}' on the host before it runs, but a kernel wrote          them (or they are too many to keep): write them with GRID_WRITE or from the host"
+    )]
+    IndicesUnknown {
+        /// The instruction.
+        op: &'static str,
+        /// The index tensor.
+        tensor: String,
+    },
     /// A validation or out-of-memory error wgpu reported, or a lost device.
     #[error("wgpu: {0}")]
     Wgpu(String),

@@ -882,7 +882,7 @@ fn writes(i: &Instruction, t: TensorId) -> bool {
 fn reads(i: &Instruction, t: TensorId) -> bool {
     match i {
         Instruction::GridAlloc(_) | Instruction::GridWrite(_) | Instruction::Free(_) | Instruction::Sync => false,
-        Instruction::KvWrite(k) => k.cache == t || k.src == t,
+        Instruction::KvWrite(k) => k.cache == t || k.src == t || k.rows.tensors().contains(&t),
         other => {
             let ops = other.operands();
             // operands() lists the output first, then the inputs.

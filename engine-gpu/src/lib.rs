@@ -20,6 +20,7 @@ mod context;
 mod engine;
 mod error;
 mod fuse;
+mod host_index;
 mod kernels;
 mod pipelines;
 mod plan;

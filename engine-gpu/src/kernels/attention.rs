@@ -18,10 +18,19 @@
 //! 4095 (20 heads, 5 kv heads, `hd = 128`): 20 MiB of cache read once per call, 64 splits,
 //! 666 KB of partials written and read; at position 100 of the same 4096-row cache, 4 splits
 //! and 42 KB.
+//!
+//! Paged rows (`CacheRows::Paged`: each row its own sequence and position, its positions'
+//! cache rows through its sequence's page table, `attention_paged.wgsl`) run the same two
+//! kernels, with splits fixed by the row's position alone: always [`MAX_SPLITS`] shares of
+//! at least [`PAGED_MIN_CHUNK`] positions, always merged by `combine`, so a row's bits do not
+//! depend on the other rows of the instruction (how many, which sequences, which positions).
+//! The scratch buffer holds, per (row, head), as many slots as the longest row the page table
+//! can hold uses. The bytes are those above, with each row's own positions in place of
+//! `pos + r`, plus 12 bytes per position a tile looks up (its position, sequence and page).
 
-use purebee_isa::ops::{Attention, LINEAR_ACT_BLOCK};
+use purebee_isa::ops::{Attention, CacheRows, LINEAR_ACT_BLOCK};
 
-use super::{linear, ArgSlot, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
+use super::{linear, ArgSlot, KernelCall, RecordCtx, ScratchKey, Shader, Storage, ARG_CONST};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -45,6 +54,10 @@ const TARGET_WORKGROUPS: usize = 512;
 /// `MAX_SPLITS` sizes `combine`'s per-split arrays, one invocation per split (its WG is 128).
 const MAX_SPLITS: usize = 64;
 
+/// The fewest positions of a paged row's split (its last may have fewer): a row attending
+/// to `L` positions is split into `ceil(L / max(ceil(L / MAX_SPLITS), PAGED_MIN_CHUNK))`.
+pub(crate) const PAGED_MIN_CHUNK: usize = 128;
+
 /// Mirrors `Params` in `attention.wgsl`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -67,10 +80,28 @@ pub(crate) struct Params {
     pub splits: u32,
     /// `1 / sqrt(head_dim)`.
     pub scale: f32,
-    /// The position of query row 0.
+    /// The position of query row 0 (consecutive rows).
     pub pos: ArgSlot,
     /// Floats per split slot: `head_dim + 2`.
     pub slot: u32,
+    /// Slots per (row, head) in the scratch buffer (and `partial`'s workgroups per (row,
+    /// kv head, chunk)).
+    pub stride: u32,
+    /// The fewest positions of a split (but a row's last).
+    pub min_chunk: u32,
+    /// Paged rows: positions per page.
+    pub page_size: u32,
+    /// Paged rows: the page table's columns.
+    pub max_pages: u32,
+    /// Paged rows: the page table's rows (at least 1).
+    pub n_seq: u32,
+    /// Paged rows: the largest position the page table holds, `max_pages · page_size − 1`
+    /// (at most `u32::MAX`).
+    pub max_pos: u32,
+    /// Paged rows: the pages wholly inside the cache, `n_ctx / page_size` (at least 1).
+    pub pages_in_cache: u32,
+    /// Padding to the WGSL struct's size (a multiple of 16 bytes).
+    pub _pad: u32,
 }
 
 /// How a workgroup covers a head: `cols` threads take a dimension each (`min(hd, WG)`),
@@ -80,17 +111,17 @@ fn value_threads(hd: usize) -> (usize, usize) {
     (cols, (WG / cols).min(TILE))
 }
 
-/// The kernel's workgroup memory, in floats, for `heads` heads of `hd` (its `var<workgroup>`
-/// arrays).
-fn workgroup_floats(heads: usize, hd: usize) -> usize {
+/// The kernel's workgroup memory, in 4-byte words, for `heads` heads of `hd` (its
+/// `var<workgroup>` arrays; paged rows add a tile's cache rows).
+fn workgroup_floats(heads: usize, hd: usize, paged: bool) -> usize {
     let (_, row_groups) = value_threads(hd);
-    heads * (hd + WG + 2 * TILE + row_groups * hd + 3)
+    heads * (hd + WG + 2 * TILE + row_groups * hd + 3) + if paged { TILE } else { 0 }
 }
 
 /// Query heads per workgroup: the whole group when it fits [`MAX_HEADS`] and the workgroup
 /// memory, otherwise the most that do; `None` when not even one head's arrays fit.
-fn heads_per_workgroup(group: usize, hd: usize) -> Option<usize> {
-    (1..=group.clamp(1, MAX_HEADS)).rev().find(|&h| workgroup_floats(h, hd) * 4 <= WORKGROUP_BYTES)
+fn heads_per_workgroup(group: usize, hd: usize, paged: bool) -> Option<usize> {
+    (1..=group.clamp(1, MAX_HEADS)).rev().find(|&h| workgroup_floats(h, hd, paged) * 4 <= WORKGROUP_BYTES)
 }
 
 /// How many chunks each row's positions are split into: 1 when the workgroups of the rows
@@ -113,7 +144,10 @@ struct Layout {
     /// Workgroups of `partial`, and the (row, head) pairs `combine` merges.
     groups: usize,
     rows_heads: usize,
+    /// Splits of a row's positions (1: `partial` writes the output, no `combine`).
     splits: usize,
+    /// Paged rows (`attention_paged.wgsl`).
+    paged: bool,
 }
 
 /// ATTENTION `a`'s layout; the typed error of a shape the kernels cannot take.
@@ -126,20 +160,15 @@ fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
     let (n_head, n_kv) = (q_width / hd, (kv_width / hd).max(1));
     let group = (n_head / n_kv).max(1);
     let too_big = |what: String| GpuError::Unsupported { op: "ATTENTION", what };
-    let heads = heads_per_workgroup(group, hd).ok_or_else(|| {
+    let paged = matches!(a.rows, CacheRows::Paged(_));
+    let heads = heads_per_workgroup(group, hd, paged).ok_or_else(|| {
         too_big(format!("a head of {hd} elements (its tile does not fit {WORKGROUP_BYTES} bytes of workgroup memory)"))
     })?;
     let chunks = group.div_ceil(heads);
     let too_many = || too_big(format!("{n} rows of {n_head} heads"));
     let per_split = n.checked_mul(n_kv).and_then(|g| g.checked_mul(chunks)).ok_or_else(too_many)?;
-    let s = splits(per_split, n_ctx);
     let u = |v: usize| u32::try_from(v).map_err(|_| too_big(format!("a size of {v} (over 2^32)")));
-    let groups = per_split.checked_mul(s).ok_or_else(too_many)?;
-    // The kernels index workgroups with u32.
-    u(groups)?;
-    let rows_heads = n.saturating_mul(n_head);
-    u(rows_heads)?;
-    let params = Params {
+    let mut params = Params {
         n: u(n)?,
         n_head: u(n_head)?,
         group: u(group)?,
@@ -147,19 +176,59 @@ fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
         q_width: u(q_width)?,
         kv_width: u(kv_width)?,
         n_ctx: u(n_ctx)?,
-        splits: u(s)?,
+        splits: 1,
         scale: (1.0 / (hd as f64).sqrt()) as f32,
-        pos: ctx.consecutive("ATTENTION", a.rows.consecutive())?,
+        pos: ArgSlot { value: 0, param: ARG_CONST },
         slot: u(hd + 2)?,
+        stride: 1,
+        min_chunk: TILE as u32,
+        page_size: 1,
+        max_pages: 1,
+        n_seq: 1,
+        max_pos: 0,
+        pages_in_cache: 1,
+        _pad: 0,
     };
-    Ok(Layout { params, hd, heads, groups, rows_heads, splits: s })
+    // Splits per row, and slots per (row, head).
+    let (s, stride) = match a.rows {
+        CacheRows::Consecutive(start) => {
+            params.pos = ctx.u32_arg(start);
+            let s = splits(per_split, n_ctx);
+            (s, s)
+        }
+        CacheRows::Paged(rows) => {
+            let table = &ctx.desc(rows.pages)?.shape;
+            let (n_seq, max_pages) = (table.rows(), table.cols());
+            u(table.numel())?;
+            let page = rows.page_size.max(1) as u64;
+            // Positions are u32: a row attends to at most 2^32 of them.
+            let longest = (max_pages as u64).saturating_mul(page).min(1 << 32);
+            params.page_size = page as u32;
+            params.max_pages = u(max_pages.max(1))?;
+            params.n_seq = u(n_seq.max(1))?;
+            params.max_pos = longest.saturating_sub(1) as u32;
+            params.pages_in_cache = (n_ctx as u64 / page).max(1) as u32;
+            params.min_chunk = PAGED_MIN_CHUNK as u32;
+            let stride = (longest.div_ceil(PAGED_MIN_CHUNK as u64) as usize).clamp(1, MAX_SPLITS);
+            (MAX_SPLITS, stride)
+        }
+    };
+    params.splits = u(s)?;
+    params.stride = u(stride)?;
+    let groups = per_split.checked_mul(stride).ok_or_else(too_many)?;
+    // The kernels index workgroups with u32.
+    u(groups)?;
+    let rows_heads = n.saturating_mul(n_head);
+    u(rows_heads)?;
+    Ok(Layout { params, hd, heads, groups, rows_heads, splits: s, paged })
 }
 
 /// Whether `combine_rounded` can round ATTENTION `a`'s output to int8 blocks as it writes
-/// it (fuse.rs, pattern AttentionRounding): the positions are split (so `combine` runs)
-/// and each head holds whole blocks of [`LINEAR_ACT_BLOCK`].
+/// it (fuse.rs, pattern AttentionRounding): consecutive rows whose positions are split (so
+/// `combine` runs) and each head holds whole blocks of [`LINEAR_ACT_BLOCK`]. (Paged rows
+/// run unfused.)
 pub(crate) fn rounds_blocks(ctx: &RecordCtx, a: &Attention) -> bool {
-    layout(ctx, a).is_ok_and(|l| l.splits > 1 && l.hd % LINEAR_ACT_BLOCK == 0)
+    layout(ctx, a).is_ok_and(|l| !l.paged && l.splits > 1 && l.hd % LINEAR_ACT_BLOCK == 0)
 }
 
 /// The dispatches: `partial`, then `combine` when the positions are split.
@@ -172,10 +241,20 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Attention) -> Result<Vec<KernelCall>, 
 /// scratch buffer, with x̂ when `xhat` (act_quant.wgsl's WRITE_XHAT). Only where
 /// [`rounds_blocks`].
 pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>) -> Result<Vec<KernelCall>, GpuError> {
-    let Layout { params, hd, heads, groups, rows_heads, splits: s } = layout(ctx, a)?;
+    let Layout { params, hd, heads, groups, rows_heads, splits: s, paged } = layout(ctx, a)?;
     let (cols, row_groups) = value_threads(hd);
+    // Where the rows are: the run-time parameters (the position), or the paged tables
+    // (`partial` reads all three, `combine` the positions).
+    let (shader, rows, merge_rows) = match a.rows {
+        CacheRows::Consecutive(_) => (Shader::Attention, vec![(5, Storage::RunParams)], vec![(5, Storage::RunParams)]),
+        CacheRows::Paged(r) => (
+            Shader::AttentionPaged,
+            vec![(5, Storage::Tensor(r.pos, 0)), (9, Storage::Tensor(r.seq, 0)), (10, Storage::Tensor(r.pages, 0))],
+            vec![(5, Storage::Tensor(r.pos, 0))],
+        ),
+    };
     let key = |entry, direct| PipelineKey {
-        shader: Shader::Attention,
+        shader,
         entry,
         constants: vec![
             ("HD", hd as u32),
@@ -187,12 +266,16 @@ pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>
     };
     let inputs = [(1, Storage::Tensor(a.q, 0)), (2, Storage::Tensor(a.k_cache, 0)), (3, Storage::Tensor(a.v_cache, 0))];
     let bytes = bytemuck::bytes_of(&params).to_vec();
+    if paged && rounding.is_some() {
+        return Err(GpuError::Wgpu("fusion plan: an int8-block rounding after a paged ATTENTION".to_string()));
+    }
     if s == 1 {
         if rounding.is_some() {
             return Err(GpuError::Wgpu("fusion plan: an int8-block rounding after an unsplit ATTENTION".to_string()));
         }
         let mut storage = inputs.to_vec();
-        storage.extend([(4, Storage::Tensor(a.out, 0)), (5, Storage::RunParams)]);
+        storage.push((4, Storage::Tensor(a.out, 0)));
+        storage.extend(rows);
         return Ok(vec![KernelCall {
             key: key("partial", 1),
             params: bytes,
@@ -201,15 +284,14 @@ pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>
         }]);
     }
     let (n, n_head) = (params.n as usize, params.n_head as usize);
-    let scratch = (n * n_head * s) as u64 * (hd as u64 + 2) * 4;
+    let scratch = (n * n_head * params.stride as usize) as u64 * (hd as u64 + 2) * 4;
     let mut storage = inputs.to_vec();
-    storage.extend([(4, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (5, Storage::RunParams)]);
-    // The merge reads the position too: only the splits holding positions wrote their slots.
-    let mut merge_storage = vec![
-        (5, Storage::RunParams),
-        (6, Storage::Scratch(ScratchKey::AttentionPartials, scratch)),
-        (7, Storage::Tensor(a.out, 0)),
-    ];
+    storage.push((4, Storage::Scratch(ScratchKey::AttentionPartials, scratch)));
+    storage.extend(rows);
+    // The merge reads the positions too: only the splits holding positions wrote their slots.
+    let mut merge_storage = merge_rows;
+    merge_storage
+        .extend([(6, Storage::Scratch(ScratchKey::AttentionPartials, scratch)), (7, Storage::Tensor(a.out, 0))]);
     let mut merge_key = key("combine", 0);
     if let Some(xhat) = rounding {
         if hd % LINEAR_ACT_BLOCK != 0 {
@@ -232,22 +314,25 @@ mod tests {
 
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params`: twelve 4-byte fields, 48 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 48);
+        // `struct Params`: twenty 4-byte fields, 80 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 80);
     }
 
     #[test]
     fn a_group_shares_a_workgroup_while_it_fits() {
         // The 2B model (4 query heads per kv head of 128) and SmolLM2 (3 of 64).
-        assert_eq!(heads_per_workgroup(4, 128), Some(4));
-        assert_eq!(heads_per_workgroup(3, 64), Some(3));
+        assert_eq!(heads_per_workgroup(4, 128, false), Some(4));
+        assert_eq!(heads_per_workgroup(3, 64, false), Some(3));
         // Larger groups are cut into workgroups of MAX_HEADS, wide heads into fewer.
-        assert_eq!(heads_per_workgroup(32, 64), Some(MAX_HEADS));
-        assert_eq!(heads_per_workgroup(8, 1024), Some(1));
-        assert_eq!(heads_per_workgroup(8, 4096), None);
-        for hd in [1, 7, 64, 100, 128, 256, 1024] {
-            let h = heads_per_workgroup(MAX_HEADS, hd).expect("fits");
-            assert!(workgroup_floats(h, hd) * 4 <= WORKGROUP_BYTES, "head dim {hd}");
+        assert_eq!(heads_per_workgroup(32, 64, false), Some(MAX_HEADS));
+        assert_eq!(heads_per_workgroup(8, 1024, false), Some(1));
+        assert_eq!(heads_per_workgroup(8, 4096, false), None);
+        for paged in [false, true] {
+            assert_eq!(heads_per_workgroup(4, 128, paged), Some(4));
+            for hd in [1, 7, 64, 100, 128, 256, 1024] {
+                let h = heads_per_workgroup(MAX_HEADS, hd, paged).expect("fits");
+                assert!(workgroup_floats(h, hd, paged) * 4 <= WORKGROUP_BYTES, "head dim {hd}");
+            }
         }
     }
 

@@ -2,12 +2,23 @@
 // tiles of TILE cache positions, split over the positions when there are too few query
 // rows to fill the GPU (split-K / flash-decoding).
 //
+// Where the rows are comes from a file concatenated before this one:
+// attention_consecutive.wgsl (one sequence, row r at position pos + r, position t in cache
+// row t) or attention_paged.wgsl (each row its own sequence and position, position t in the
+// cache row its sequence's page table gives). Each defines `positions(r)`, the positions row
+// r attends to; `load_tile_rows`, called at the start of every tile; and `tile_row(t0, j)`,
+// the cache row of position t0 + j of the current tile.
+//
 // `partial`: one workgroup per (query row r, kv head, chunk of up to HEADS of its query
-// heads, split s). Row r attends to positions 0 ..= p, p = pos + r; split s takes the s-th
-// chunk of them, chunks of ceil((p + 1) / splits) positions but at least a TILE (so at short
-// positions fewer splits have work: the rest return at once and `combine` reads only the
-// splits that have). The workgroup's query heads share every key and value
-// row it loads (a kv head's group reads the cache once, not once per query head). Per tile:
+// heads, split s < stride). Row r attends to positions 0 ..= p (p = pos + r, or its own
+// position); split s takes the s-th chunk of them, chunks of ceil((p + 1) / splits)
+// positions but at least min_chunk (a TILE for consecutive rows; so at short positions fewer
+// splits have work: the rest return at once and `combine` reads only the splits that have).
+// The chunks depend only on the row's position and the constants splits and min_chunk,
+// never on the other rows: with paged rows (whose splits and min_chunk are fixed, and which
+// always run `combine`) a row's result is the same bits whatever rows share the dispatch.
+// The workgroup's query heads share every key and value row it loads (a kv head's group
+// reads the cache once, not once per query head). Per tile:
 //   1. scores: LANES threads per position, each summing q·k over the dimensions
 //      lane, lane + LANES, ... (the key row read straight from memory, eight loads issued
 //      before any is used), for each of the workgroup's heads;
@@ -31,7 +42,8 @@
 // concatenated before this file).
 //
 // Positions are clamped to the cache so that nothing is read out of bounds even if the
-// host check (pos + n <= n_ctx, GpuEngine::check_positions) were skipped.
+// host check (pos + n <= n_ctx, GpuEngine::check_positions; PagedRows::check for paged
+// rows) were skipped.
 
 struct Params {
     // Query rows.
@@ -51,11 +63,25 @@ struct Params {
     splits: u32,
     // 1 / sqrt(HD).
     scale: f32,
-    // The position of query row 0: a constant, or run-time parameter `pos_param`.
+    // The position of query row 0: a constant, or run-time parameter `pos_param`
+    // (consecutive rows).
     pos_value: u32,
     pos_param: u32,
     // Floats per split slot in the scratch buffer: HD + 2.
     slot: u32,
+    // Slots per (row, head) in the scratch buffer: at least the splits any row can use.
+    stride: u32,
+    // The fewest positions of a chunk (but a row's last).
+    min_chunk: u32,
+    // Paged rows: positions per page, the page table's columns and rows, the largest
+    // position the table holds (max_pages · page_size − 1, at most 2^32 − 1), and the pages
+    // wholly inside the cache (n_ctx / page_size).
+    page_size: u32,
+    max_pages: u32,
+    n_seq: u32,
+    max_pos: u32,
+    pages_in_cache: u32,
+    _pad0: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -64,7 +90,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> v: array<f32>;
 // `partial`'s destination: `out` (DIRECT) or the scratch buffer.
 @group(0) @binding(4) var<storage, read_write> acc: array<f32>;
-@group(0) @binding(5) var<storage, read> run: array<u32>;
+// Binding 5 (and 9, 10) are the rows' positions: see the file before this one.
 // `combine`'s input (the scratch buffer) and output.
 @group(0) @binding(6) var<storage, read> parts: array<f32>;
 @group(0) @binding(7) var<storage, read_write> out: array<f32>;
@@ -115,20 +141,11 @@ var<workgroup> split_w: array<f32, MAX_SPLITS>;
 var<workgroup> merged: array<f32, HD>;
 var<workgroup> head_scales: array<u32, (HD + ACT_BLOCK - 1u) / ACT_BLOCK>;
 
-// The positions query row r attends to: pos + r + 1, clamped to the cache.
-fn positions(r: u32) -> u32 {
-    let pos = select(p.pos_value, run[p.pos_param], p.pos_param != 0xffffffffu);
-    if (pos >= p.n_ctx || r >= p.n_ctx - pos) {
-        return p.n_ctx;
-    }
-    return pos + r + 1u;
-}
-
-// Positions per split of a row attending to `len` positions: an equal share, but at least a
-// tile. `splits` is sized for the whole cache at compile time; early in a long context an
-// equal share would give every split a few positions and `combine` as many slots to merge.
+// Positions per split of a row attending to `len` positions: an equal share, but at least
+// min_chunk. `splits` is sized for the whole cache at compile time; early in a long context
+// an equal share would give every split a few positions and `combine` as many slots to merge.
 fn split_chunk(len: u32) -> u32 {
-    return max((len + p.splits - 1u) / p.splits, TILE);
+    return max((len + p.splits - 1u) / p.splits, p.min_chunk);
 }
 
 // The splits of such a row that hold positions: the first ceil(len / chunk).
@@ -153,13 +170,13 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
            @builtin(num_workgroups) nwg: vec3<u32>) {
     let n_kv = p.n_head / p.group;
     let g = wid.y * nwg.x + wid.x;
-    if (g >= p.splits * p.chunks * n_kv * p.n) {
+    if (g >= p.stride * p.chunks * n_kv * p.n) {
         return;
     }
-    let s = g % p.splits;
-    let chunk_of_group = (g / p.splits) % p.chunks;
-    let kv_head = (g / (p.splits * p.chunks)) % n_kv;
-    let r = g / (p.splits * p.chunks * n_kv);
+    let s = g % p.stride;
+    let chunk_of_group = (g / p.stride) % p.chunks;
+    let kv_head = (g / (p.stride * p.chunks)) % n_kv;
+    let r = g / (p.stride * p.chunks * n_kv);
     // This workgroup's query heads: h0 .. h0 + heads.
     let h0 = kv_head * p.group + chunk_of_group * HEADS;
     let heads = min(HEADS, p.group - chunk_of_group * HEADS);
@@ -191,10 +208,11 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     for (var t0 = start; t0 < end; t0 += TILE) {
         let count = min(TILE, end - t0);
         let first = t0 == start;
+        load_tile_rows(r, t0, count, lid.x);
 
         // 1. This lane's part of each head's score for position t0 + at.
         var dots: array<f32, MAX_HEADS>;
-        let key_row = select(0u, (t0 + at) * p.kv_width + kv_off, at < count);
+        let key_row = select(0u, tile_row(t0, at) * p.kv_width + kv_off, at < count);
         for (var d = lane; d < HD; d += 8u * LANES) {
             let k0 = key(key_row, d);
             let k1 = key(key_row, d + LANES);
@@ -251,19 +269,18 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
             for (var d = col; d < HD; d += COLS) {
                 var o: array<f32, MAX_HEADS>;
                 var j = row_group;
-                var v_off = (t0 + j) * p.kv_width + kv_off + d;
-                let step = ROWG * p.kv_width;
+                let v_col = kv_off + d;
                 // Eight value rows per step, loaded before they are used. (Each sum is
                 // still taken in position order.)
                 for (; j + 7u * ROWG < count; j += 8u * ROWG) {
-                    let v0 = v[v_off];
-                    let v1 = v[v_off + step];
-                    let v2 = v[v_off + 2u * step];
-                    let v3 = v[v_off + 3u * step];
-                    let v4 = v[v_off + 4u * step];
-                    let v5 = v[v_off + 5u * step];
-                    let v6 = v[v_off + 6u * step];
-                    let v7 = v[v_off + 7u * step];
+                    let v0 = v[tile_row(t0, j) * p.kv_width + v_col];
+                    let v1 = v[tile_row(t0, j + ROWG) * p.kv_width + v_col];
+                    let v2 = v[tile_row(t0, j + 2u * ROWG) * p.kv_width + v_col];
+                    let v3 = v[tile_row(t0, j + 3u * ROWG) * p.kv_width + v_col];
+                    let v4 = v[tile_row(t0, j + 4u * ROWG) * p.kv_width + v_col];
+                    let v5 = v[tile_row(t0, j + 5u * ROWG) * p.kv_width + v_col];
+                    let v6 = v[tile_row(t0, j + 6u * ROWG) * p.kv_width + v_col];
+                    let v7 = v[tile_row(t0, j + 7u * ROWG) * p.kv_width + v_col];
                     for (var h = 0u; h < HEADS; h++) {
                         let w = h * TILE + j;
                         var sum = o[h];
@@ -277,14 +294,12 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
                         sum += weights[w + 7u * ROWG] * v7;
                         o[h] = sum;
                     }
-                    v_off += 8u * step;
                 }
                 for (; j < count; j += ROWG) {
-                    let value = v[v_off];
+                    let value = v[tile_row(t0, j) * p.kv_width + v_col];
                     for (var h = 0u; h < HEADS; h++) {
                         o[h] += weights[h * TILE + j] * value;
                     }
-                    v_off += step;
                 }
                 for (var h = 0u; h < HEADS; h++) {
                     // The first tile has nothing to rescale.
@@ -321,7 +336,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
             // The only split holds position 0, so l_run > 0.
             acc[r * p.q_width + (h0 + h) * HD + d] = o / l_run[h];
         } else {
-            let slot = ((r * p.n_head + h0 + h) * p.splits + s) * p.slot;
+            let slot = ((r * p.n_head + h0 + h) * p.stride + s) * p.slot;
             acc[slot + 2u + d] = o;
             if (d == 0u) {
                 acc[slot] = m_run[h];
@@ -334,14 +349,14 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
 // Output row r, head h (g = r · n_head + h) merged from its splits' slots, element d by
 // invocation d, d + WG, ...: written to `out`, and kept in `merged` for combine_rounded.
 fn combine_head(g: u32, lid: u32) {
-    let first_slot = g * p.splits * p.slot;
+    let first_slot = g * p.stride * p.slot;
     // Only the splits that hold positions wrote their slots: the first `splits`.
     let splits = active_splits(positions(g / p.n_head));
     // Each split's (m, l), loaded by its own invocation: one memory round trip, not one per
     // split (a loop over the splits in every invocation took 11–18 µs a call on an H100).
     // Every slot is loaded, so that these loads need not wait for the position's; those past
     // `splits` hold an earlier run's values and are not read below.
-    if (lid < p.splits) {
+    if (lid < p.stride) {
         let at = first_slot + lid * p.slot;
         split_m[lid] = parts[at];
         split_l[lid] = parts[at + 1u];

@@ -1,11 +1,15 @@
-//! KV_WRITE: `cache[pos + r] = src[r]` (`kv_write.wgsl`), one invocation per element.
+//! KV_WRITE (`kv_write.wgsl`), one invocation per element: `cache[pos + r] = src[r]` for
+//! consecutive rows (`kv_write`), or each row into the cache row its sequence's page table
+//! gives for its position (`kv_write_paged`).
 //!
 //! Bytes per call: reads `4·n·w` (src) and 4 (the position, when it is a run-time
-//! parameter); writes `4·n·w` into the cache. Nothing else of the cache is touched.
+//! parameter), or with paged rows each element's row's position, sequence and page-table
+//! entry (`12` bytes, from cache memory after the row's first); writes `4·n·w` into the
+//! cache. Nothing else of the cache is touched.
 
-use purebee_isa::ops::KvWrite;
+use purebee_isa::ops::{CacheRows, KvWrite};
 
-use super::{ArgSlot, KernelCall, RecordCtx, Shader, Storage};
+use super::{ArgSlot, KernelCall, RecordCtx, Shader, Storage, ARG_CONST};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -24,8 +28,16 @@ pub(crate) struct Params {
     pub n_rows: u32,
     /// Rows of the cache.
     pub n_ctx: u32,
-    /// The position of `src`'s row 0.
+    /// The position of `src`'s row 0 (consecutive rows).
     pub pos: ArgSlot,
+    /// Paged rows: positions per page.
+    pub page_size: u32,
+    /// Paged rows: the page table's columns.
+    pub max_pages: u32,
+    /// Paged rows: the page table's rows (sequences).
+    pub n_seq: u32,
+    /// Paged rows: the pages wholly inside the cache, `n_ctx / page_size`.
+    pub pages_in_cache: u32,
     /// Padding to the WGSL struct's size (a multiple of 16 bytes).
     pub _pad: [u32; 2],
 }
@@ -40,18 +52,45 @@ fn u32_of(v: usize, what: &str) -> Result<u32, GpuError> {
 pub(crate) fn record(ctx: &RecordCtx, k: &KvWrite) -> Result<Vec<KernelCall>, GpuError> {
     let src = &ctx.desc(k.src)?.shape;
     let cache = &ctx.desc(k.cache)?.shape;
-    let params = Params {
+    let mut params = Params {
         n_words: u32_of(src.numel(), "a source")?,
         width: u32_of(src.cols(), "a row")?,
         n_rows: u32_of(src.rows(), "a source")?,
         n_ctx: u32_of(cache.rows(), "a cache")?,
-        pos: ctx.consecutive("KV_WRITE", k.rows.consecutive())?,
+        pos: ArgSlot { value: 0, param: ARG_CONST },
+        page_size: 1,
+        max_pages: 0,
+        n_seq: 0,
+        pages_in_cache: 0,
         _pad: [0; 2],
     };
+    let mut storage = vec![(1, Storage::Tensor(k.src, 0)), (2, Storage::Tensor(k.cache, 0))];
+    let entry = match k.rows {
+        CacheRows::Consecutive(start) => {
+            params.pos = ctx.u32_arg(start);
+            storage.push((3, Storage::RunParams));
+            "kv_write"
+        }
+        CacheRows::Paged(rows) => {
+            let table = &ctx.desc(rows.pages)?.shape;
+            // The ISA checked that the page table is a matrix of U32.
+            params.page_size = rows.page_size;
+            params.max_pages = u32_of(table.cols(), "a page table")?;
+            params.n_seq = u32_of(table.rows(), "a page table")?;
+            u32_of(table.numel(), "a page table")?;
+            params.pages_in_cache = params.n_ctx / rows.page_size.max(1);
+            storage.extend([
+                (4, Storage::Tensor(rows.pos, 0)),
+                (5, Storage::Tensor(rows.seq, 0)),
+                (6, Storage::Tensor(rows.pages, 0)),
+            ]);
+            "kv_write_paged"
+        }
+    };
     Ok(vec![KernelCall {
-        key: PipelineKey { shader: Shader::KvWrite, entry: "kv_write", constants: vec![("WG", WG)] },
+        key: PipelineKey { shader: Shader::KvWrite, entry, constants: vec![("WG", WG)] },
         params: bytemuck::bytes_of(&params).to_vec(),
-        storage: vec![(1, Storage::Tensor(k.src, 0)), (2, Storage::Tensor(k.cache, 0)), (3, Storage::RunParams)],
+        storage,
         workgroups: ctx.grid_1d(src.numel(), WG),
     }])
 }
@@ -60,7 +99,7 @@ pub(crate) fn record(ctx: &RecordCtx, k: &KvWrite) -> Result<Vec<KernelCall>, Gp
 mod tests {
     #[test]
     fn params_match_the_wgsl_struct_size() {
-        // `struct Params`: eight u32 fields, 32 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 32);
+        // `struct Params`: twelve u32 fields, 48 bytes.
+        assert_eq!(std::mem::size_of::<super::Params>(), 48);
     }
 }

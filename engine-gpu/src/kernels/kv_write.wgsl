@@ -1,8 +1,16 @@
-// KV_WRITE: cache[pos + r] = src[r]. One invocation per element, copied as a u32 word so
+// KV_WRITE: cache[row of r] = src[r]. One invocation per element, copied as a u32 word so
 // that every f32 bit pattern (NaN payloads, subnormals) arrives unchanged.
 //
-// The host checked pos + n <= n_ctx before anything ran (GpuEngine::check_positions); the
-// kernel checks it again, without overflow, so that it never writes out of bounds.
+// `kv_write`, consecutive rows: row r goes to cache row pos + r. The host checked
+// pos + n <= n_ctx before anything ran (GpuEngine::check_positions); the kernel checks it
+// again, without overflow, so that it never writes out of bounds.
+//
+// `kv_write_paged`, rows of several sequences in a paged cache: row r, position
+// t = row_pos[r] of sequence s = row_seq[r], goes to cache row
+// pages[s · max_pages + t / page_size] · page_size + t % page_size. The host checked the
+// tables (PagedRows::check, from its copies of them) before anything ran; the kernel skips
+// a row whose sequence, page index or page is out of range, so it never writes out of
+// bounds either.
 
 struct Params {
     // n · w: the words to copy.
@@ -13,9 +21,16 @@ struct Params {
     n_rows: u32,
     // The rows of the cache.
     n_ctx: u32,
-    // The position of src's row 0: a constant, or run-time parameter `pos_param`.
+    // The position of src's row 0: a constant, or run-time parameter `pos_param`
+    // (consecutive rows).
     pos_value: u32,
     pos_param: u32,
+    // Paged rows: positions per page, the page table's columns and rows, and the pages that
+    // lie wholly inside the cache (n_ctx / page_size).
+    page_size: u32,
+    max_pages: u32,
+    n_seq: u32,
+    pages_in_cache: u32,
     _pad0: u32,
     _pad1: u32,
 }
@@ -24,6 +39,10 @@ struct Params {
 @group(0) @binding(1) var<storage, read> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> cache: array<u32>;
 @group(0) @binding(3) var<storage, read> run: array<u32>;
+// Paged rows: each row's position and sequence, and the page table [n_seq, max_pages].
+@group(0) @binding(4) var<storage, read> row_pos: array<u32>;
+@group(0) @binding(5) var<storage, read> row_seq: array<u32>;
+@group(0) @binding(6) var<storage, read> pages: array<u32>;
 
 override WG: u32 = 256u;
 
@@ -37,4 +56,26 @@ fn kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id)
         return;
     }
     cache[pos * p.width + i] = src[i];
+}
+
+@compute @workgroup_size(WG)
+fn kv_write_paged(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
+    if (i >= p.n_words) {
+        return;
+    }
+    let r = i / p.width;
+    let t = row_pos[r];
+    let s = row_seq[r];
+    let page_index = t / p.page_size;
+    if (s >= p.n_seq || page_index >= p.max_pages) {
+        return;
+    }
+    let page = pages[s * p.max_pages + page_index];
+    if (page >= p.pages_in_cache) {
+        return;
+    }
+    // page · page_size + t % page_size < pages_in_cache · page_size <= n_ctx.
+    cache[(page * p.page_size + t % p.page_size) * p.width + i % p.width] = src[i];
 }

@@ -89,8 +89,10 @@ pub(crate) enum Shader {
     Rope,
     /// `kv_write.wgsl`: KV_WRITE.
     KvWrite,
-    /// `attention.wgsl`: ATTENTION.
+    /// `attention.wgsl` after `attention_consecutive.wgsl`: ATTENTION of consecutive rows.
     Attention,
+    /// `attention.wgsl` after `attention_paged.wgsl`: ATTENTION of paged rows.
+    AttentionPaged,
     /// `bitlinear.wgsl` with the `residual_add.wgsl` epilogue (fused BITLINEAR +
     /// TENSOR_ADD), portable reductions.
     BitlinearAdd,
@@ -120,7 +122,7 @@ pub(crate) enum Shader {
 impl Shader {
     /// Every variant (for tests over all shaders).
     #[cfg(test)]
-    pub const ALL: [Shader; 33] = [
+    pub const ALL: [Shader; 34] = [
         Shader::Elementwise,
         Shader::RmsNorm,
         Shader::RmsNormSubgroup,
@@ -145,6 +147,7 @@ impl Shader {
         Shader::Rope,
         Shader::KvWrite,
         Shader::Attention,
+        Shader::AttentionPaged,
         Shader::BitlinearAdd,
         Shader::BitlinearAddSubgroup,
         Shader::BitlinearActMul,
@@ -183,6 +186,7 @@ impl Shader {
             Shader::Rope => "rope.wgsl",
             Shader::KvWrite => "kv_write.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::AttentionPaged => "attention.wgsl (paged)",
             Shader::BitlinearAdd => "bitlinear.wgsl+residual_add.wgsl",
             Shader::BitlinearAddSubgroup => "bitlinear.wgsl+residual_add.wgsl (subgroups)",
             Shader::BitlinearActMul => "bitlinear.wgsl+act_mul.wgsl",
@@ -393,7 +397,16 @@ impl Shader {
             Shader::RopeKv => concat!(include_str!("rope_math.wgsl"), include_str!("rope_kv.wgsl")),
             Shader::KvWrite => include_str!("kv_write.wgsl"),
             // act_quant.wgsl: combine_rounded's int8-block rounding.
-            Shader::Attention => concat!(include_str!("act_quant.wgsl"), include_str!("attention.wgsl")),
+            Shader::Attention => concat!(
+                include_str!("act_quant.wgsl"),
+                include_str!("attention_consecutive.wgsl"),
+                include_str!("attention.wgsl")
+            ),
+            Shader::AttentionPaged => concat!(
+                include_str!("act_quant.wgsl"),
+                include_str!("attention_paged.wgsl"),
+                include_str!("attention.wgsl")
+            ),
         }
     }
 }
@@ -569,11 +582,13 @@ impl RecordCtx<'_> {
         self.reg.desc(id).map_err(|e| GpuError::Wgpu(e.to_string()))
     }
 
-    /// The start of consecutive rows (`RowPositions` or `CacheRows`); per-row positions
-    /// have kernels of their own.
+    /// The start of consecutive rows (`RowPositions` or `CacheRows`), for the fused kernels,
+    /// which take only those (fuse.rs matches no per-row form); an error naming the fusion
+    /// plan otherwise.
     pub fn consecutive(&self, op: &'static str, start: Option<U32Arg>) -> Result<ArgSlot, GpuError> {
-        let what = || "per-row positions".to_string();
-        start.map(|s| self.u32_arg(s)).ok_or_else(|| GpuError::Unsupported { op, what: what() })
+        start
+            .map(|s| self.u32_arg(s))
+            .ok_or_else(|| GpuError::Wgpu(format!("fusion plan: {op} with per-row positions in a fused kernel")))
     }
 
     pub fn u32_arg(&self, a: U32Arg) -> ArgSlot {

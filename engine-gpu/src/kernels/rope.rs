@@ -1,15 +1,16 @@
-//! ROPE (`rope.wgsl`): one invocation per rotated pair, plus one per copied tail element
-//! out of place. The angle and its sine and cosine are computed in f32 with the argument
+//! ROPE (`rope.wgsl`), rows at consecutive positions or each at its own: one invocation per
+//! rotated pair, plus one per copied tail element out of place. The angle and its sine and cosine are computed in f32 with the argument
 //! handling the shader's header documents (error ≤ 11u·|θ| + 2u in θ, u = 2^-24).
 //!
 //! Bytes per call, for `x` of `[n, n_heads·head_dim]`: out of place, reads and writes
 //! `4·n·n_heads·head_dim` each; in place, reads and writes only the rotated
 //! `4·n·n_heads·rot_dim` (the tail stays where it is). Plus 8 bytes of run-time
-//! parameters when position or base is one.
+//! parameters when position or base is one. Per-row positions (`rope_rows`) read
+//! `4·n` bytes of positions instead of a position parameter.
 
-use purebee_isa::ops::{Rope, RopeStyle};
+use purebee_isa::ops::{Rope, RopeStyle, RowPositions};
 
-use super::{ArgSlot, KernelCall, RecordCtx, Shader, Storage};
+use super::{ArgSlot, KernelCall, RecordCtx, Shader, Storage, ARG_CONST};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -30,7 +31,7 @@ pub(crate) struct Params {
     pub items: u32,
     /// `rows · n_heads · items`.
     pub total: u32,
-    /// The position of row 0.
+    /// The position of row 0 (consecutive rows; unused with per-row positions).
     pub pos: ArgSlot,
     /// The frequency base (f32 bits).
     pub base: ArgSlot,
@@ -61,7 +62,10 @@ pub(crate) fn record(ctx: &RecordCtx, r: &Rope) -> Result<Vec<KernelCall>, GpuEr
         half_rot: r.rot_dim / 2,
         items: u(items)?,
         total: u(total)?,
-        pos: ctx.consecutive("ROPE", r.pos.consecutive())?,
+        pos: match r.pos {
+            RowPositions::Consecutive(start) => ctx.u32_arg(start),
+            RowPositions::PerRow(_) => ArgSlot { value: 0, param: ARG_CONST },
+        },
         base: ctx.f32_arg(r.base),
         _pad: [0; 3],
     };
@@ -69,10 +73,21 @@ pub(crate) fn record(ctx: &RecordCtx, r: &Rope) -> Result<Vec<KernelCall>, GpuEr
         RopeStyle::Neox => 1,
         RopeStyle::Normal => 0,
     };
-    let (entry, storage) = if in_place {
+    let (entry, mut storage) = if in_place {
         ("rope_inplace", vec![(2, Storage::Tensor(r.out, 0)), (3, Storage::RunParams)])
     } else {
         ("rope", vec![(1, Storage::Tensor(r.x, 0)), (2, Storage::Tensor(r.out, 0)), (3, Storage::RunParams)])
+    };
+    let entry = match r.pos {
+        RowPositions::Consecutive(_) => entry,
+        RowPositions::PerRow(pos) => {
+            storage.push((4, Storage::Tensor(pos, 0)));
+            if in_place {
+                "rope_rows_inplace"
+            } else {
+                "rope_rows"
+            }
+        }
     };
     Ok(vec![KernelCall {
         key: PipelineKey { shader: Shader::Rope, entry, constants: vec![("WG", WG), ("NEOX", neox)] },

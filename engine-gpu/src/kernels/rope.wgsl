@@ -1,4 +1,6 @@
-// ROPE: rotates pair i of every head of row r by θ_i = (pos + r) · base^(−2i/rot_dim).
+// ROPE: rotates pair i of every head of row r by θ_i = p_r · base^(−2i/rot_dim), where
+// p_r = pos + r (consecutive rows: `rope`, `rope_inplace`) or p_r = row_pos[r] (per-row
+// positions: `rope_rows`, `rope_rows_inplace`, which read the U32 tensor of positions).
 //
 // One invocation per (row, head, item): items 0 .. rot_dim/2 rotate one pair each; the
 // items after them copy one element of the tail (rot_dim .. head_dim) each, which only the
@@ -51,23 +53,33 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read> run: array<u32>;
+// Per-row positions (the rope_rows entry points only): row r at position row_pos[r].
+@group(0) @binding(4) var<storage, read> row_pos: array<u32>;
 
 override WG: u32 = 256u;
 
-fn item(wid: vec3<u32>, lid: vec3<u32>, nwg: vec3<u32>) -> Item {
-    let g = (wid.y * nwg.x + wid.x) * WG + lid.x;
-    let pos = select(p.pos_value, run[p.pos_param], p.pos_param != 0xffffffffu);
-    let base = bitcast<f32>(select(p.base_value, run[p.base_param], p.base_param != 0xffffffffu));
-    return rope_item(g, p.width, p.head_dim, p.half_rot, p.items, pos, base);
+fn index(wid: vec3<u32>, lid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid.x;
 }
 
-@compute @workgroup_size(WG)
-fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
-    if ((wid.y * nwg.x + wid.x) * WG + lid.x >= p.total) {
-        return;
-    }
-    let it = item(wid, lid, nwg);
+fn base() -> f32 {
+    return bitcast<f32>(select(p.base_value, run[p.base_param], p.base_param != 0xffffffffu));
+}
+
+// Item g of consecutive rows: row 0 at the position `pos`.
+fn item(g: u32) -> Item {
+    let pos = select(p.pos_value, run[p.pos_param], p.pos_param != 0xffffffffu);
+    return rope_item(g, p.width, p.head_dim, p.half_rot, p.items, pos, base());
+}
+
+// Item g of rows at their own positions.
+fn item_of_rows(g: u32) -> Item {
+    let row = (g / p.items) / (p.width / p.head_dim);
+    return rope_item_at(g, p.head_dim, p.half_rot, p.items, f32(row_pos[row]), base());
+}
+
+// Out of place: the pair rotated from x into out, or the tail element copied.
+fn rotate(it: Item) {
     if (!it.rotate) {
         out[it.a] = x[it.a];
         return;
@@ -78,14 +90,8 @@ fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     out[it.b] = xa * it.sc.x + xb * it.sc.y;
 }
 
-// out = rope(out) (out was x)
-@compute @workgroup_size(WG)
-fn rope_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-                @builtin(num_workgroups) nwg: vec3<u32>) {
-    if ((wid.y * nwg.x + wid.x) * WG + lid.x >= p.total) {
-        return;
-    }
-    let it = item(wid, lid, nwg);
+// In place (out was x): the pair rotated where it is; the tail stays.
+fn rotate_inplace(it: Item) {
     if (!it.rotate) {
         return;
     }
@@ -93,4 +99,41 @@ fn rope_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
     let xb = out[it.b];
     out[it.a] = xa * it.sc.y - xb * it.sc.x;
     out[it.b] = xa * it.sc.x + xb * it.sc.y;
+}
+
+@compute @workgroup_size(WG)
+fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = index(wid, lid, nwg);
+    if (g < p.total) {
+        rotate(item(g));
+    }
+}
+
+// out = rope(out) (out was x)
+@compute @workgroup_size(WG)
+fn rope_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = index(wid, lid, nwg);
+    if (g < p.total) {
+        rotate_inplace(item(g));
+    }
+}
+
+@compute @workgroup_size(WG)
+fn rope_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = index(wid, lid, nwg);
+    if (g < p.total) {
+        rotate(item_of_rows(g));
+    }
+}
+
+@compute @workgroup_size(WG)
+fn rope_rows_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = index(wid, lid, nwg);
+    if (g < p.total) {
+        rotate_inplace(item_of_rows(g));
+    }
 }

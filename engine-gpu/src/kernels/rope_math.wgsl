@@ -92,14 +92,20 @@ struct Item {
 // Item `g` (over all rows: (row · n_heads + head) · items + k) of a ROPE over rows of
 // `width` elements, at position `pos` of row 0 with frequency base `base`.
 fn rope_item(g: u32, width: u32, head_dim: u32, half_rot: u32, items: u32, pos: u32, base: f32) -> Item {
+    let row = (g / items) / (width / head_dim);
+    return rope_item_at(g, head_dim, half_rot, items, f32(pos) + f32(row), base);
+}
+
+// Item `g` (as in rope_item) of a row at position `position` (a whole number in f32: the
+// rows' own positions of a per-row ROPE, or rope_item's f32(pos) + f32(row)).
+fn rope_item_at(g: u32, head_dim: u32, half_rot: u32, items: u32, position: f32, base: f32) -> Item {
     let head = g / items; // over all rows: row · n_heads + h
     let k = g % items;
     let start = head * head_dim; // row · width + h · head_dim
     if (k >= half_rot) {
         return Item(start + 2u * half_rot + (k - half_rot), 0u, vec2<f32>(0.0), false);
     }
-    let row = head / (width / head_dim);
-    let theta = (f32(pos) + f32(row)) * inv_freq(k, half_rot, base);
+    let theta = position * inv_freq(k, half_rot, base);
     var a = start + 2u * k;
     var b = a + 1u;
     if (NEOX == 1u) {
