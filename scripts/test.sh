@@ -28,7 +28,7 @@ cargo test --workspace --locked
 # first (engine-gpu/src/poison.rs). `--workspace` keeps the features, so nothing rebuilds.
 PUREBEE_GPU_POISON_WORKGROUP=1 cargo test --workspace --locked \
   --test gpu_fusion --test attention --test bitlinear --test linear --test linear_int8_gpu --test rows \
-  --test top_k --test elementwise --test embed --test rope --test kv_write --test gpu_windows --test run_ahead
+  --test top_k --test elementwise --test embed --test rope --test kv_write --test gpu_windows --test run_ahead --test paged
 # The dispatch-cost probe for GPU machines (engine-gpu/examples/dispatch_floor.rs, built by
 # `cargo test` above): its kernels leave counts it checks, here on whatever adapter exists.
 target/debug/examples/dispatch_floor --quick > /dev/null
