@@ -1,5 +1,6 @@
 //! `purebee-rs bench MODEL`: prefill and decode speed of a model on an engine, in the manner
-//! of llama.cpp's `llama-bench` (`-p 512 -n 128 -r 5` by default).
+//! of llama.cpp's `llama-bench` (`-p 512 -n 128 -r 5` by default); with `--npl 1,2,4`,
+//! several sequences together as llama-batched-bench (`bench_batched.rs`).
 //!
 //! Each repetition runs, at position 0 of the KV cache:
 //! - **prefill**: one batched forward pass over `-p N` random token ids (seeded by `--seed`,
@@ -56,12 +57,21 @@ pub struct BenchArgs {
     /// The engine and its threads.
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Prompt tokens of the prefill phase (0: no prefill phase).
-    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
-    pub n_prompt: usize,
-    /// Tokens of the decode phase (0: no decode phase).
-    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
-    pub n_gen: usize,
+    /// Prompt tokens of the prefill phase (0: no prefill phase; default 512, or 32 per
+    /// sequence with --npl).
+    #[arg(short = 'p', long = "n-prompt")]
+    pub n_prompt: Option<usize>,
+    /// Tokens of the decode phase (0: no decode phase; default 128, or 32 per sequence with
+    /// --npl).
+    #[arg(short = 'n', long = "n-gen")]
+    pub n_gen: Option<usize>,
+    /// Batch sizes, as llama-batched-bench's `-npl` (which also works): for each, that many
+    /// sequences prefilled and decoded together in shared passes.
+    #[arg(long = "npl", value_delimiter = ',')]
+    pub npl: Vec<usize>,
+    /// With --npl: the most tokens of one pass (`-ub` also works).
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub ubatch_size: usize,
     /// Timed repetitions, after one warm-up.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
@@ -79,6 +89,18 @@ pub struct BenchArgs {
     /// timestamp queries; CPU engine: wall time per instruction family).
     #[arg(long)]
     pub profile: bool,
+}
+
+impl BenchArgs {
+    /// The prompt tokens (per sequence with --npl).
+    pub fn prompt_len(&self) -> usize {
+        self.n_prompt.unwrap_or(if self.npl.is_empty() { 512 } else { 32 })
+    }
+
+    /// The generated tokens (per sequence with --npl).
+    pub fn gen_len(&self) -> usize {
+        self.n_gen.unwrap_or(if self.npl.is_empty() { 128 } else { 32 })
+    }
 }
 
 /// What went wrong benchmarking.
@@ -229,16 +251,20 @@ fn check_flags(args: &BenchArgs) -> Result<usize, BenchError> {
     if args.repetitions == 0 {
         return Err(BenchError::Flag { flag: "--repetitions", value: 0, reason: "must be at least 1".into() });
     }
-    if args.n_prompt == 0 && args.n_gen == 0 {
+    if args.prompt_len() == 0 && args.gen_len() == 0 {
         return Err(BenchError::Flag { flag: "-n", value: 0, reason: "with -p 0 there is nothing to measure".into() });
     }
-    let needed = args.n_prompt.saturating_add(args.n_gen);
+    let needed = args.prompt_len().saturating_add(args.gen_len());
     match args.ctx_size {
         None => Ok(needed),
         Some(c) if c < needed => Err(BenchError::Flag {
             flag: "-c",
             value: c,
-            reason: format!("the context must hold -p {} plus -n {} = {needed} tokens", args.n_prompt, args.n_gen),
+            reason: format!(
+                "the context must hold -p {} plus -n {} = {needed} tokens",
+                args.prompt_len(),
+                args.gen_len()
+            ),
         }),
         Some(c) => Ok(c),
     }
@@ -300,6 +326,17 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     spinner.finish();
     let load_error = |source| BenchError::Load { file: model_path.clone(), source: Box::new(source) };
     let mut model = model.map_err(load_error)?;
+    if !args.npl.is_empty() {
+        let batched = crate::bench_batched::Batched {
+            npl: &args.npl,
+            n_prompt: args.prompt_len(),
+            n_gen: args.gen_len(),
+            ubatch: args.ubatch_size,
+            repetitions: args.repetitions,
+            seed: args.seed,
+        };
+        return crate::bench_batched::run(&mut model, &model_path, &batched, args.output, out);
+    }
     let mut session = model.new_session(n_ctx).map_err(load_error)?;
     let load_seconds = load_start.elapsed().as_secs_f64();
     if args.engine.verbose {
@@ -309,22 +346,23 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
 
     let mut rng = SplitMix64::new(args.seed);
     let vocab = config.n_vocab as u64;
-    let prompt: Vec<u32> = (0..args.n_prompt).map(|_| rng.below(vocab) as u32).collect();
+    let prompt: Vec<u32> = (0..args.prompt_len()).map(|_| rng.below(vocab) as u32).collect();
     let first_decode_token = rng.below(vocab) as u32;
 
     let counting = model.engine().counters().is_some();
     let zero = counting.then(DispatchCounters::default);
-    let mut prefill = PhaseStats { tokens: args.n_prompt, seconds: Vec::new(), counts: zero, profile: Vec::new() };
-    let mut decode = PhaseStats { tokens: args.n_gen, seconds: Vec::new(), counts: zero, profile: Vec::new() };
+    let mut prefill = PhaseStats { tokens: args.prompt_len(), seconds: Vec::new(), counts: zero, profile: Vec::new() };
+    let mut decode = PhaseStats { tokens: args.gen_len(), seconds: Vec::new(), counts: zero, profile: Vec::new() };
     let rate =
         |t: Option<Duration>, n: usize| t.map_or("-".to_string(), |t| format!("{:.2} t/s", n as f64 / t.as_secs_f64()));
     for r in 0..=args.repetitions {
-        let m = repetition(&mut model, &mut session, &prompt, first_decode_token, args.n_gen, r, &model_path, false)?;
+        let m =
+            repetition(&mut model, &mut session, &prompt, first_decode_token, args.gen_len(), r, &model_path, false)?;
         let what = if r == 0 { "warm-up".to_string() } else { format!("repetition {r}/{}", args.repetitions) };
         eprintln!(
             "purebee-rs: {what}: prefill {}, decode {}",
-            rate(m.prefill, args.n_prompt),
-            rate(m.decode, args.n_gen)
+            rate(m.prefill, args.prompt_len()),
+            rate(m.decode, args.gen_len())
         );
         if r > 0 {
             prefill.seconds.extend(m.prefill.map(|t| t.as_secs_f64()));
@@ -352,7 +390,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                     &mut session,
                     &prompt,
                     first_decode_token,
-                    args.n_gen,
+                    args.gen_len(),
                     r,
                     &model_path,
                     true,
@@ -360,8 +398,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 model.set_profiling(false);
                 eprintln!(
                     "purebee-rs: profiled repetition: prefill {}, decode {}",
-                    rate(m.prefill, args.n_prompt),
-                    rate(m.decode, args.n_gen)
+                    rate(m.prefill, args.prompt_len()),
+                    rate(m.decode, args.gen_len())
                 );
                 prefill.profile = m.prefill_profile;
                 decode.profile = m.decode_profile;
@@ -388,8 +426,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             "linear_type": linear,
             "parameters": parameters,
         },
-        "n_prompt": args.n_prompt,
-        "n_gen": args.n_gen,
+        "n_prompt": args.prompt_len(),
+        "n_gen": args.gen_len(),
         "repetitions": args.repetitions,
         "warmup_repetitions": 1,
         "n_ctx": n_ctx,

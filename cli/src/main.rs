@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_batched;
 mod chat;
 mod engine_choice;
 mod generation_args;
@@ -107,17 +108,18 @@ fn run(cli: Cli) -> Result<(), CliError> {
     Ok(())
 }
 
-/// llama-server's two-letter short flags (`-np 4`, `-ub 256`), which clap cannot declare,
-/// read as their long names; only after `serve`, where they mean that.
-fn llama_server_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+/// llama.cpp's multi-letter short flags (`-np 4`, `-ub 256`, `-npl 1,2,4`), which clap
+/// cannot declare, read as their long names after the subcommands that take them.
+fn llama_cpp_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<_> = args.collect();
-    if args.get(1).is_some_and(|a| a == "serve") {
-        for a in args.iter_mut().skip(2) {
-            if a == "-np" {
-                *a = "--parallel".into();
-            } else if a == "-ub" {
-                *a = "--ubatch-size".into();
-            }
+    let long: &[(&str, &str)] = match args.get(1).and_then(|a| a.to_str()) {
+        Some("serve") => &[("-np", "--parallel"), ("-ub", "--ubatch-size")],
+        Some("bench") => &[("-npl", "--npl"), ("-ub", "--ubatch-size")],
+        _ => &[],
+    };
+    for a in args.iter_mut().skip(2) {
+        if let Some((_, to)) = long.iter().find(|(from, _)| a == *from) {
+            *a = (*to).into();
         }
     }
     args
@@ -126,7 +128,7 @@ fn llama_server_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std
 fn main() -> ExitCode {
     // Before any thread: adapter probing must not open display connections (see there).
     purebee_engine_gpu::quiet_display_probing();
-    match run(Cli::parse_from(llama_server_flags(std::env::args_os()))) {
+    match run(Cli::parse_from(llama_cpp_flags(std::env::args_os()))) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`purebee-rs inspect m.gguf | head`) is not an error of ours.
         Err(e) if e.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe) => {

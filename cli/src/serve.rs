@@ -1,6 +1,13 @@
 //! `purebee-rs serve`: the OpenAI-compatible server of `purebee-server` on a model given by
 //! path or name (flag names as llama-server's; `-np` and `-ub` are read as `--parallel` and
 //! `--ubatch-size`, see `main.rs`).
+//!
+//! Every busy slot advances in one batched pass over the weights. `-ub` (default 128)
+//! bounds a pass's tokens: every decoding slot's next token first, then prompt chunks in the
+//! rows left. On a CPU a pass's time grows with its tokens, and every decoding slot waits
+//! for it: 128 keeps the time between tokens of the others within a few decode steps while
+//! a long prompt prefills, at most a few per cent below the prefill speed of larger passes.
+//! `-b` (default 2048, llama-server's) caps a pass too.
 
 use std::path::PathBuf;
 
@@ -22,17 +29,22 @@ pub struct ServeArgs {
     /// The port; 0 takes a free one (the address is said on stderr).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Slots: requests generated at once, each with its own KV cache (`-np` also works).
+    /// Slots: requests generated at once, all advancing in one batched pass (`-np` also
+    /// works).
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
-    /// The context of all slots together, in tokens (each slot gets CTX / parallel; default:
-    /// the model's training context).
+    /// The KV cache all slots share, in tokens: the positions of every running request
+    /// together; one request may use all of it (default: the model's training context).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub ctx_size: usize,
-    /// The most prompt tokens one prefill step runs (`-ub` also works): smaller serves other
-    /// slots and disconnects sooner, larger prefills faster. Rounded down to a power of two.
+    /// The most tokens one batched pass runs (`-ub` also works): every decoding slot's next
+    /// token, then prompt chunks. Smaller keeps other slots' tokens coming while a prompt
+    /// prefills; larger prefills faster.
     #[arg(long = "ubatch-size", default_value_t = 128)]
     pub ubatch_size: usize,
+    /// The logical batch, as llama-server's: a pass never runs more tokens than this either.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    pub batch_size: usize,
     /// Clients must send this key (`Authorization: Bearer KEY`); default: the
     /// `PUREBEE_API_KEY` variable, else none.
     #[arg(long, env = "PUREBEE_API_KEY", hide_env_values = true)]
@@ -57,7 +69,10 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         return Err("--parallel 0: the server needs at least one slot".into());
     }
     if args.ubatch_size == 0 {
-        return Err("--ubatch-size 0: a prefill step needs at least one token".into());
+        return Err("--ubatch-size 0: a pass needs at least one token".into());
+    }
+    if args.batch_size == 0 {
+        return Err("--batch-size 0: a pass needs at least one token".into());
     }
     let model_path = models::resolve(&args.model)?;
     let config = ServerConfig {
@@ -70,7 +85,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         api_key: args.api_key.clone(),
         alias: args.alias.clone(),
         max_queue: args.max_queue,
-        prefill_chunk: args.ubatch_size,
+        ubatch: args.ubatch_size,
+        batch: args.batch_size,
         max_body_bytes: args.max_body_bytes,
     };
     purebee_server::run(config)?;

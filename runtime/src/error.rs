@@ -76,6 +76,25 @@ pub enum ModelError {
         /// The vocabulary size.
         vocab: usize,
     },
+    /// A shared KV cache without the free pages a sequence's new positions need.
+    #[error("{tokens} tokens at position {pos} of sequence {seq}: the shared KV cache of {n_ctx} positions has no free page left (other sequences hold them)")]
+    CacheFull {
+        /// Tokens requested.
+        tokens: usize,
+        /// Position of the first.
+        pos: usize,
+        /// The sequence.
+        seq: usize,
+        /// The cache's positions in all.
+        n_ctx: usize,
+    },
+    /// A batched pass asked for something the cache cannot do (a sequence outside it, named
+    /// twice, or starting past what it holds).
+    #[error("batched pass: {reason}")]
+    BadBatch {
+        /// What is wrong.
+        reason: String,
+    },
     /// An empty request.
     #[error("no tokens to process")]
     NoTokens,

@@ -5,7 +5,7 @@
 //! sub-norms, normal RoPE and a silu FFN, with float or block-quantized weights through
 //! LINEAR. Both: GQA attention, RMS norms, `output.weight` or the tied embedding.
 
-use purebee_isa::ops::{Attention, LinearActivations, Rope};
+use purebee_isa::ops::{Attention, CacheRows, LinearActivations, PagedRows, Rope, RowPositions};
 use purebee_isa::{DType, IsaError, ProgramBuilder, TensorId, U32Arg};
 
 use crate::config::FfnActivation;
@@ -19,6 +19,25 @@ pub enum LogitsRows {
     All,
     /// Only the last position's (`[1, vocab]`): for generation.
     Last,
+}
+
+/// Which rows a forward program computes logits for, as it is recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Head {
+    /// As [`LogitsRows`] says.
+    Rows(LogitsRows),
+    /// `m` rows named per run by the host in a U32 `[m]` tensor (`ForwardIo::selected`): the
+    /// rows of a batched step whose sessions sample a token.
+    Selected(usize),
+}
+
+/// Where the rows of a forward program sit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Place {
+    /// One session: row `r` at position `pos + r` of its own cache.
+    Consecutive(U32Arg),
+    /// Rows of several sessions in a cache they share in pages.
+    Paged(PagedRows),
 }
 
 /// The tensors of one forward program: what its caller writes and reads, and what the
@@ -38,6 +57,8 @@ pub(crate) struct ForwardIo {
     pub tensors: Vec<TensorId>,
     /// Constant contents the setup program writes after allocating.
     pub constants: Vec<(TensorId, Vec<u8>)>,
+    /// The rows whose logits are computed, U32 `[m]`, written per run ([`Head::Selected`]).
+    pub selected: Option<TensorId>,
 }
 
 /// Declares a tensor of the forward program under `prefix` and records it in `io`.
@@ -54,8 +75,8 @@ fn declare(
     Ok(id)
 }
 
-/// Records the forward pass of `n` tokens at run-time position `pos` into `b`: every layer,
-/// the final norm, the LM head over `rows`, and ARGMAX.
+/// Records the forward pass of `n` tokens placed as `place` says into `b`: every layer,
+/// the final norm, the LM head over the rows `head` names, and ARGMAX.
 #[allow(clippy::too_many_arguments)] // every argument is a distinct input of the graph
 pub(crate) fn record_forward(
     b: &mut ProgramBuilder,
@@ -63,9 +84,9 @@ pub(crate) fn record_forward(
     w: &Weights,
     kv: &KvCache,
     n: usize,
-    rows: LogitsRows,
+    head: Head,
     prefix: &str,
-    pos: U32Arg,
+    place: Place,
     acts: QuantizedActivations,
 ) -> Result<ForwardIo, IsaError> {
     let (d, kvw, ff) = (cfg.n_embd, cfg.kv_width(), cfg.n_ff);
@@ -82,6 +103,10 @@ pub(crate) fn record_forward(
     let gate = declare(b, &mut ts, prefix, "gate", f32, &[n, ff])?;
     let up = declare(b, &mut ts, prefix, "up", f32, &[n, ff])?;
 
+    let (rope_pos, cache_rows): (RowPositions, CacheRows) = match place {
+        Place::Consecutive(pos) => (pos.into(), pos.into()),
+        Place::Paged(paged) => (RowPositions::PerRow(paged.pos), CacheRows::Paged(paged)),
+    };
     b.embed(x, w.token_embd, ids)?;
     for (l, lw) in w.layers.iter().enumerate() {
         // Attention block.
@@ -96,20 +121,14 @@ pub(crate) fn record_forward(
             rot_dim: cfg.rot_dim as u32,
             style: cfg.arch.rope_style(),
             base: cfg.rope_base.into(),
-            pos: pos.into(),
+            pos: rope_pos,
         };
         b.rope(rope(q))?;
         b.rope(rope(k))?;
-        b.kv_write(kv.k[l], k, pos)?;
-        b.kv_write(kv.v[l], v, pos)?;
-        b.attention(Attention {
-            out: att,
-            q,
-            k_cache: kv.k[l],
-            v_cache: kv.v[l],
-            head_dim: cfg.head_dim as u32,
-            rows: pos.into(),
-        })?;
+        b.kv_write(kv.k[l], k, cache_rows)?;
+        b.kv_write(kv.v[l], v, cache_rows)?;
+        let head_dim = cfg.head_dim as u32;
+        b.attention(Attention { out: att, q, k_cache: kv.k[l], v_cache: kv.v[l], head_dim, rows: cache_rows })?;
         if let Some(norm) = lw.attn_sub_norm {
             b.rms_norm(att, att, norm, cfg.rms_eps)?; // BitNet: sub-norm before the projection
         }
@@ -131,18 +150,26 @@ pub(crate) fn record_forward(
         b.add(x, x, proj)?;
     }
 
-    // Final norm and LM head, over every row or only the last (gathered with EMBED when
-    // there are several: one token's row is the last).
+    // Final norm and LM head, over every row, only the last or the rows the host names
+    // (gathered with EMBED when they are not all the rows: one token's row is the last).
     let mut constants = Vec::new();
-    let (last, n_out) = match rows {
-        LogitsRows::All => (x, n),
-        LogitsRows::Last if n == 1 => (x, 1),
-        LogitsRows::Last => {
+    let mut selected = None;
+    let (last, n_out) = match head {
+        Head::Rows(LogitsRows::All) => (x, n),
+        Head::Rows(LogitsRows::Last) if n == 1 => (x, 1),
+        Head::Rows(LogitsRows::Last) => {
             let sel = declare(b, &mut ts, prefix, "last_row", DType::U32, &[1])?;
             constants.push((sel, ((n - 1) as u32).to_le_bytes().to_vec()));
             let xl = declare(b, &mut ts, prefix, "x_last", f32, &[1, d])?;
             b.embed(xl, x, sel)?;
             (xl, 1)
+        }
+        Head::Selected(m) => {
+            let sel = declare(b, &mut ts, prefix, "selected_rows", DType::U32, &[m])?;
+            selected = Some(sel);
+            let xs = declare(b, &mut ts, prefix, "x_selected", f32, &[m, d])?;
+            b.embed(xs, x, sel)?;
+            (xs, m)
         }
     };
     // Into h when the shapes agree: the last block's write of h is then overwritten before
@@ -153,13 +180,13 @@ pub(crate) fn record_forward(
     linear(b, logits, normed, w.lm_head, acts)?;
     // A single-token pass writes its greedy token over its own input id, so that the next
     // decode step can run it without a round trip through the host (`Model::submit_greedy`).
-    let argmax = if n == 1 && rows == LogitsRows::Last {
+    let argmax = if n == 1 && head == Head::Rows(LogitsRows::Last) {
         ids
     } else {
         declare(b, &mut ts, prefix, "argmax", DType::U32, &[n_out])?
     };
     b.argmax(argmax, logits)?;
-    Ok(ForwardIo { ids, logits, argmax, tensors: ts, constants })
+    Ok(ForwardIo { ids, logits, argmax, tensors: ts, constants, selected })
 }
 
 /// BITLINEAR for ternary weights, LINEAR for the others: with int8-block activations

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use purebee_isa::Engine;
 
+use crate::batch::{RowOutput, RowRead, SharedCache};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::{LogitsRows, Model, ModelError, PendingToken, Session};
 
@@ -112,6 +113,20 @@ pub struct Generator {
     ahead: Option<PendingToken>,
     /// Read whole logits rows even when TOP_K's candidates would do.
     full_rows: bool,
+    /// `last`'s token as a slice, for [`Generator::next_rows`].
+    last_token: [u32; 1],
+}
+
+/// The rows a [`Generator`] runs next in a batched pass ([`Generator::next_rows`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NextRows<'a> {
+    /// The ids, at positions `pos..`.
+    pub ids: &'a [u32],
+    /// The position of the first.
+    pub pos: usize,
+    /// What the sampler needs of the last row's logits; `None` for a prefill chunk that is
+    /// not the prompt's last.
+    pub read: Option<RowRead>,
 }
 
 impl Generator {
@@ -121,22 +136,42 @@ impl Generator {
     /// Errors: an empty prompt ([`ModelError::NoTokens`]), one longer than the session's
     /// context ([`ModelError::ContextFull`]), invalid sampler settings.
     pub fn new(session: &Session, prompt: &[u32], sampler: SamplerConfig) -> Result<Generator, ModelError> {
+        let contexts = (session.n_ctx(), session.n_ctx_train());
+        Generator::with_prefix(prompt, sampler, session.common_prefix(prompt), contexts)
+    }
+
+    /// A generation after `prompt` in sequence `seq` of a shared cache, for batched passes
+    /// ([`Generator::next_rows`], [`Generator::finish_rows`]); the prompt may use the whole
+    /// cache. Errors as [`Generator::new`].
+    pub fn in_shared_cache(
+        cache: &SharedCache,
+        seq: usize,
+        prompt: &[u32],
+        sampler: SamplerConfig,
+    ) -> Result<Generator, ModelError> {
+        let contexts = (cache.n_ctx(), cache.n_ctx_train());
+        Generator::with_prefix(prompt, sampler, cache.common_prefix(seq, prompt), contexts)
+    }
+
+    /// A generation whose cache already holds `held` leading ids of `prompt`, in a context of
+    /// `n_ctx` positions (`n_ctx_train`: the model's, for messages).
+    fn with_prefix(
+        prompt: &[u32],
+        sampler: SamplerConfig,
+        held: usize,
+        (n_ctx, n_ctx_train): (usize, usize),
+    ) -> Result<Generator, ModelError> {
         let mut sampler = Sampler::new(sampler)?;
         if prompt.is_empty() {
             return Err(ModelError::NoTokens);
         }
-        if prompt.len() > session.n_ctx() {
-            return Err(ModelError::ContextFull {
-                tokens: prompt.len(),
-                pos: 0,
-                n_ctx: session.n_ctx(),
-                n_ctx_train: session.n_ctx_train(),
-            });
+        if prompt.len() > n_ctx {
+            return Err(ModelError::ContextFull { tokens: prompt.len(), pos: 0, n_ctx, n_ctx_train });
         }
         for &t in prompt {
             sampler.accept(t);
         }
-        let reused = session.common_prefix(prompt).min(prompt.len() - 1);
+        let reused = held.min(prompt.len() - 1);
         Ok(Generator {
             sampler,
             prompt: prompt.to_vec(),
@@ -146,6 +181,7 @@ impl Generator {
             last: None,
             ahead: None,
             full_rows: false,
+            last_token: [0],
         })
     }
 
@@ -182,7 +218,70 @@ impl Generator {
     /// Whether the context has room to run the last sampled token, i.e. for another
     /// [`Generator::step`] (false: stop, the context is full).
     pub fn has_room(&self, session: &Session) -> bool {
-        self.last.is_none_or(|(_, pos)| pos < session.n_ctx())
+        self.has_room_for(session.n_ctx())
+    }
+
+    /// Whether a context of `n_ctx` positions has room to run the last sampled token.
+    pub fn has_room_for(&self, n_ctx: usize) -> bool {
+        self.last.is_none_or(|(_, pos)| pos < n_ctx)
+    }
+
+    /// The rows of this generation's next step in a batched pass: the last sampled token,
+    /// or the next prefill chunk of at most `max_rows` ids (a power of two, at most the
+    /// generator's own chunk size, unless it is the prompt's rest and fits).
+    pub fn next_rows<E: Engine>(&self, model: &Model<E>, max_rows: usize) -> NextRows<'_> {
+        if let Some((_, pos)) = self.last {
+            return NextRows { ids: &self.last_token, pos, read: Some(self.read_kind(model)) };
+        }
+        let remaining = self.prompt.len() - self.prefilled;
+        let chunk = match self.prefill {
+            Prefill::Whole => remaining,
+            Prefill::Chunks(max) => max.max(1),
+        };
+        let n = if remaining <= chunk.min(max_rows) {
+            remaining
+        } else {
+            largest_power_of_two_at_most(remaining.min(chunk).min(max_rows).max(1))
+        };
+        let read = (n == remaining).then(|| self.read_kind(model));
+        NextRows { ids: &self.prompt[self.prefilled..self.prefilled + n], pos: self.prefilled, read }
+    }
+
+    /// Takes the result of a batched pass that ran [`Generator::next_rows`]'s `n` rows:
+    /// the sampled token when those rows ended the prompt or were a decode step (`output`
+    /// is then what they asked to read), else `None`.
+    pub fn finish_rows(&mut self, n: usize, output: Option<RowOutput>) -> Option<u32> {
+        if self.last.is_none() && self.prefilled + n < self.prompt.len() {
+            self.prefilled += n;
+            return None;
+        }
+        let pos = self.last.map_or(self.prefilled, |(_, pos)| pos);
+        let token = match output? {
+            RowOutput::Greedy(t) => t,
+            RowOutput::TopK { values, ids } => self.sampler.sample_candidates(&values, &ids),
+            RowOutput::Full(logits) => self.sampler.sample(&logits),
+        };
+        self.took(token, pos + n);
+        Some(token)
+    }
+
+    /// What the sampler needs of a row's logits on `model`'s engine.
+    fn read_kind<E: Engine>(&self, model: &Model<E>) -> RowRead {
+        if self.sampler.config().is_plain_greedy() {
+            RowRead::Greedy
+        } else if let Some(k) = self.candidates(model) {
+            RowRead::TopK(k)
+        } else {
+            RowRead::Full
+        }
+    }
+
+    /// `token` was sampled; it runs next at `pos`.
+    fn took(&mut self, token: u32, pos: usize) {
+        self.prefilled = self.prompt.len();
+        self.sampler.accept(token);
+        self.last = Some((token, pos));
+        self.last_token = [token];
     }
 
     /// One step: while prompt ids remain, prefills the next chunk (`Ok(None)`, except for
@@ -220,19 +319,19 @@ impl Generator {
                 (chunk, pos)
             }
         };
-        let token = if self.sampler.config().is_plain_greedy() {
-            model.forward_greedy(session, ids, pos)?
-        } else if let Some(k) = self.candidates(model) {
-            let (logits, candidates) = model.forward_top_k(session, ids, pos, k)?;
-            self.sampler.sample_candidates(&logits, &candidates)
-        } else {
-            let logits = model.forward(session, ids, pos, LogitsRows::Last)?;
-            self.sampler.sample(&logits)
+        let token = match self.read_kind(model) {
+            RowRead::Greedy => model.forward_greedy(session, ids, pos)?,
+            RowRead::TopK(k) => {
+                let (logits, candidates) = model.forward_top_k(session, ids, pos, k)?;
+                self.sampler.sample_candidates(&logits, &candidates)
+            }
+            RowRead::Full => {
+                let logits = model.forward(session, ids, pos, LogitsRows::Last)?;
+                self.sampler.sample(&logits)
+            }
         };
         let next_pos = pos + ids.len();
-        self.prefilled = self.prompt.len();
-        self.sampler.accept(token);
-        self.last = Some((token, next_pos));
+        self.took(token, next_pos);
         Ok(Some(token))
     }
 
@@ -265,8 +364,7 @@ impl Generator {
             self.ahead = Some(model.submit_greedy(session, None, pos + 1)?);
         }
         let next = model.receive_greedy(session, pending)?;
-        self.sampler.accept(next);
-        self.last = Some((next, pos + 1));
+        self.took(next, pos + 1);
         Ok(next)
     }
 }

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod chat;
 pub mod sampler;
 pub mod tokenizer;
@@ -23,5 +24,7 @@ mod weights;
 pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
-pub use generate::{generate, generate_reusing_cache, GenerateOptions, Generation, Generator, Prefill, StopReason};
+pub use generate::{
+    generate, generate_reusing_cache, GenerateOptions, Generation, Generator, NextRows, Prefill, StopReason,
+};
 pub use model::{KvCache, Model, PendingToken, QuantizedActivations, Session};

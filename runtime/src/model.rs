@@ -9,7 +9,7 @@ use purebee_isa::{
 };
 use purebee_memory::gguf::{FileWatch, GgufFile};
 
-use crate::forward::{record_forward, ForwardIo, LogitsRows};
+use crate::forward::{record_forward, ForwardIo, Head, LogitsRows, Place};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 
@@ -28,31 +28,31 @@ struct Outputs {
 }
 
 /// A forward pass for one batch size: its programs and tensors.
-struct Forward {
+pub(crate) struct Forward {
     /// Allocates the tensors and writes their constants.
-    setup: Program,
+    pub setup: Program,
     /// The pass itself; allocates nothing.
-    pass: Program,
+    pub pass: Program,
     /// Frees the tensors.
-    teardown: Program,
-    io: ForwardIo,
-    live: bool,
+    pub teardown: Program,
+    pub io: ForwardIo,
+    pub live: bool,
 }
 
 /// TOP_K over the logits of one forward program: the candidates a sampler needs
 /// ([`Model::forward_top_k`]). A session keeps at most one of these allocated at a time.
-struct Candidates {
+pub(crate) struct Candidates {
     /// Allocates `values` and `ids`.
-    setup: Program,
+    pub setup: Program,
     /// TOP_K of the forward's logits.
-    pass: Program,
+    pub pass: Program,
     /// Frees `values` and `ids`.
-    teardown: Program,
-    /// F32 `[1, k]`.
-    values: TensorId,
-    /// U32 `[1, k]`.
-    ids: TensorId,
-    live: bool,
+    pub teardown: Program,
+    /// F32 `[rows, k]`.
+    pub values: TensorId,
+    /// U32 `[rows, k]`.
+    pub ids: TensorId,
+    pub live: bool,
 }
 
 /// How the forward pass feeds activations to block-quantized (Q4_0, Q4_1, Q8_0) weights.
@@ -74,15 +74,16 @@ static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(0);
 /// ([`Model::new_session`]); several sessions share the weights, each with its own KV
 /// cache, so one engine serves several conversations.
 pub struct Model<E: Engine> {
-    engine: E,
-    config: ModelConfig,
-    weights: Weights,
-    activations: QuantizedActivations,
+    pub(crate) engine: E,
+    pub(crate) config: ModelConfig,
+    pub(crate) weights: Weights,
+    pub(crate) activations: QuantizedActivations,
     /// The file the weights are mapped from, checked before every pass.
-    source: FileWatch,
-    id: u64,
-    /// Sessions opened so far: names each session's tensors uniquely in the registry.
-    sessions_opened: u64,
+    pub(crate) source: FileWatch,
+    pub(crate) id: u64,
+    /// Sessions and shared caches opened so far: names their tensors uniquely in the
+    /// registry.
+    pub(crate) sessions_opened: u64,
 }
 
 /// One sequence's state on a [`Model`]: its KV cache, the ids the cache holds, and the
@@ -289,16 +290,34 @@ impl<E: Engine> Model<E> {
     ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
         let k = k.clamp(1, self.config.n_vocab);
         let (key, io) = self.run(session, Input::Host(tokens), pos, LogitsRows::Last)?;
-        let c = match session.candidates.remove(&(key, k)) {
+        let prefix = format!("{}.fwd{}.last.top{k}", session.name, key.0);
+        let result = self.top_k_of(&mut session.candidates, (key, k), &prefix, io.logits, 1, k)?;
+        self.release_prefill(session, key)?;
+        Ok(result)
+    }
+
+    /// TOP_K with `k` of the `rows` rows of `logits`, through the program kept in
+    /// `candidates` under `key` (built the first time); at most one of `candidates` keeps its
+    /// outputs allocated. Returns `(values, ids)`, `[rows, k]` row-major.
+    pub(crate) fn top_k_of<K: std::hash::Hash + Eq>(
+        &mut self,
+        candidates: &mut HashMap<K, Candidates>,
+        key: K,
+        prefix: &str,
+        logits: TensorId,
+        rows: usize,
+        k: usize,
+    ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+        let c = match candidates.remove(&key) {
             Some(c) => c,
-            None => self.build_candidates(session, key, io.logits, k)?,
+            None => self.build_candidates(prefix, logits, rows, k)?,
         };
         // At most one TOP_K's outputs stay allocated.
-        for other in session.candidates.values_mut().filter(|o| o.live) {
+        for other in candidates.values_mut().filter(|o| o.live) {
             self.engine.execute(&other.teardown, &[])?;
             other.live = false;
         }
-        let c = session.candidates.entry((key, k)).or_insert(c);
+        let c = candidates.entry(key).or_insert(c);
         if !c.live {
             self.engine.execute(&c.setup, &[])?;
             c.live = true;
@@ -311,7 +330,6 @@ impl<E: Engine> Model<E> {
             return Err(ExecError::Device { engine: self.engine.name(), reason }.into());
         };
         let (values, ids) = (self.engine.finish_read(values)?, self.engine.finish_read(ids)?);
-        self.release_prefill(session, key)?;
         let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
         Ok((
             values.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect(),
@@ -321,15 +339,14 @@ impl<E: Engine> Model<E> {
 
     fn build_candidates(
         &mut self,
-        session: &Session,
-        key: (usize, LogitsRows),
+        prefix: &str,
         logits: TensorId,
+        rows: usize,
         k: usize,
     ) -> Result<Candidates, ModelError> {
-        let prefix = format!("{}.fwd{}.last.top{k}", session.name, key.0);
-        let mut b = ProgramBuilder::new(&prefix, self.engine.memory_mut());
-        let values = b.declare(&format!("{prefix}.values"), DType::F32, &[1, k])?;
-        let ids = b.declare(&format!("{prefix}.ids"), DType::U32, &[1, k])?;
+        let mut b = ProgramBuilder::new(prefix, self.engine.memory_mut());
+        let values = b.declare(&format!("{prefix}.values"), DType::F32, &[rows, k])?;
+        let ids = b.declare(&format!("{prefix}.ids"), DType::U32, &[rows, k])?;
         b.top_k(values, ids, logits, k as u32)?;
         let pass = b.finish();
         let mut b = ProgramBuilder::new(&format!("{prefix}.setup"), self.engine.memory_mut());
@@ -482,11 +499,21 @@ impl<E: Engine> Model<E> {
         };
         let reg = self.engine.memory_mut();
         let mut b = ProgramBuilder::new(&prefix, reg);
-        let pos = b.param_u32("pos")?;
-        let io =
-            record_forward(&mut b, &self.config, &self.weights, &session.kv, n, rows, &prefix, pos, self.activations)?;
+        let pos = Place::Consecutive(b.param_u32("pos")?);
+        let (cfg, w, acts) = (&self.config, &self.weights, self.activations);
+        let io = record_forward(&mut b, cfg, w, &session.kv, n, Head::Rows(rows), &prefix, pos, acts)?;
         let pass = b.finish();
+        self.forward_programs(&prefix, pass, io)
+    }
 
+    /// A recorded forward `pass` with its setup (allocate, write constants) and teardown
+    /// (free) programs.
+    pub(crate) fn forward_programs(
+        &mut self,
+        prefix: &str,
+        pass: Program,
+        io: ForwardIo,
+    ) -> Result<Forward, ModelError> {
         let mut b = ProgramBuilder::new(&format!("{prefix}.setup"), self.engine.memory_mut());
         for &t in &io.tensors {
             b.grid_alloc(t)?;

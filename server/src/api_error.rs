@@ -80,8 +80,8 @@ impl ApiError {
         ApiError {
             kind: ErrorKind::ExceedContextSize,
             message: format!(
-                "the request exceeds the available context size: the prompt is {prompt_tokens} tokens, a slot's \
-                 context is {n_ctx} tokens (start the server with a larger -c or fewer slots)"
+                "the request exceeds the available context size: the prompt is {prompt_tokens} tokens, the KV \
+                 cache holds {n_ctx} (start the server with a larger -c)"
             ),
             sizes: Some((prompt_tokens, n_ctx)),
         }

@@ -14,10 +14,12 @@ pub struct ServerConfig {
     pub host: String,
     /// The port (`--port`); 0 takes a free one, said on stderr.
     pub port: u16,
-    /// Slots (`-np/--parallel`): generations run at once, each in its own session.
+    /// Slots (`-np/--parallel`): generations run at once, each a sequence of the shared KV
+    /// cache.
     pub parallel: usize,
-    /// The context of all slots together (`-c`), as llama-server's: each slot gets
-    /// `n_ctx / parallel` positions. 0: the model's training context.
+    /// The KV cache all slots share (`-c`), as llama-server's unified cache: the positions of
+    /// every running request together; one request may use all of it. 0: the model's
+    /// training context.
     pub n_ctx: usize,
     /// The engine and its settings.
     pub engine: EngineSpec,
@@ -27,10 +29,13 @@ pub struct ServerConfig {
     pub alias: Option<String>,
     /// Requests that may wait for a slot (`--max-queue`); one more is answered 503.
     pub max_queue: usize,
-    /// The most prompt ids one prefill step runs: a smaller chunk lets other slots and a
-    /// disconnect be served sooner, a larger one prefills faster. Rounded down to a power
-    /// of two by the runtime.
-    pub prefill_chunk: usize,
+    /// The most tokens one batched pass runs (`-ub/--ubatch-size`): every decoding slot's
+    /// next token, then prompt chunks in the rows left. Smaller keeps the time between
+    /// tokens short while prompts prefill; larger prefills faster.
+    pub ubatch: usize,
+    /// The logical batch (`-b/--batch-size`), as llama-server's: a pass never runs more
+    /// tokens than this either.
+    pub batch: usize,
     /// The largest request body accepted, in bytes (413 past it).
     pub max_body_bytes: usize,
 }
@@ -49,9 +54,15 @@ impl ServerConfig {
             api_key: None,
             alias: None,
             max_queue: 64,
-            prefill_chunk: 128,
+            ubatch: 128,
+            batch: 2048,
             max_body_bytes: 8 << 20,
         }
+    }
+
+    /// The most tokens one pass runs: `-ub`, at most `-b`.
+    pub fn pass_rows(&self) -> usize {
+        self.ubatch.min(self.batch).max(1)
     }
 
     /// The model's name as clients see it: the alias, else the file's name.

@@ -1,5 +1,5 @@
-//! The engine thread's start: the engine created, the model loaded, one session per slot,
-//! the tokenizer and chat template; then the handlers are told the model is ready and the
+//! The engine thread's start: the engine created, the model loaded, the KV cache the slots
+//! share, the tokenizer and chat template; then the handlers are told the model is ready and the
 //! thread becomes the scheduler. It runs while the server already answers `/health` 503.
 
 use std::sync::mpsc::Receiver;
@@ -7,19 +7,20 @@ use std::sync::Arc;
 
 use purebee_loader::DynEngine;
 use purebee_memory::gguf::GgufFile;
+use purebee_runtime::batch::SharedCache;
 use purebee_runtime::chat::ChatTemplate;
 use purebee_runtime::tokenizer::Tokenizer;
-use purebee_runtime::{Model, Session};
+use purebee_runtime::Model;
 
 use crate::engine::scheduler::Scheduler;
 use crate::engine::{Command, Submitter};
 use crate::state::{AppState, Ready};
 use crate::{ServerConfig, ServerError};
 
-/// A loaded model with its slots' sessions.
+/// A loaded model with the KV cache its slots share.
 struct Loaded {
     model: Model<DynEngine>,
-    sessions: Vec<Session>,
+    cache: SharedCache,
     tokenizer: Arc<Tokenizer>,
     template: Result<ChatTemplate, String>,
     n_ctx: usize,
@@ -36,8 +37,11 @@ pub fn load_and_serve(
 ) -> Result<(), ServerError> {
     let loaded = load(config, &file)?;
     eprintln!(
-        "purebee-rs: model loaded on the {} engine: {} slots of {} tokens each",
-        loaded.engine, config.parallel, loaded.n_ctx
+        "purebee-rs: model loaded on the {} engine: {} slots sharing a KV cache of {} tokens, passes of up to {} tokens",
+        loaded.engine,
+        config.parallel,
+        loaded.n_ctx,
+        config.pass_rows()
     );
     let n_vocab = loaded.model.config().n_vocab;
     let n_ctx_train = loaded.model.config().n_ctx_train;
@@ -53,7 +57,7 @@ pub fn load_and_serve(
     };
     // Only this thread sets it, once.
     let _ = state.ready.set(ready);
-    Scheduler::new(loaded.model, loaded.sessions, &tokenizer, commands, &state.metrics, config.prefill_chunk).run();
+    Scheduler::new(loaded.model, loaded.cache, &tokenizer, commands, &state.metrics, config.pass_rows()).run();
     Ok(())
 }
 
@@ -65,27 +69,18 @@ fn load(config: &ServerConfig, file: &GgufFile) -> Result<Loaded, ServerError> {
     let mut model = purebee_loader::load_model(&config.engine, created.engine, file)?;
     let n_ctx_train = model.config().n_ctx_train;
     let total = if config.n_ctx == 0 { n_ctx_train } else { config.n_ctx };
-    let n_ctx = total / config.parallel;
-    if n_ctx == 0 {
-        return Err(ServerError::Config {
-            flag: "-c",
-            value: total.to_string(),
-            reason: format!("too small for {} slots (each slot gets -c / --parallel positions)", config.parallel),
-        });
-    }
-    if n_ctx > n_ctx_train {
+    if total > n_ctx_train {
         eprintln!(
-            "purebee-rs: warning: a slot's context ({n_ctx}) is larger than the model's training context \
+            "purebee-rs: warning: the context ({total}) is larger than the model's training context \
              ({n_ctx_train}); answers past {n_ctx_train} tokens may degrade"
         );
     }
-    let sessions = (0..config.parallel)
-        .map(|_| model.new_session(n_ctx).map_err(|e| ServerError::Sessions(Box::new(e))))
-        .collect::<Result<Vec<_>, _>>()?;
+    let cache = model.new_shared_cache(total, config.parallel).map_err(|e| ServerError::Sessions(Box::new(e)))?;
+    let n_ctx = cache.n_ctx();
     let tokenizer = Tokenizer::from_gguf(file)?;
     let template = ChatTemplate::from_gguf(file, &tokenizer).map_err(|e| e.to_string());
     if let Err(why) = &template {
         eprintln!("purebee-rs: warning: {why}; /v1/chat/completions will answer 501");
     }
-    Ok(Loaded { model, sessions, tokenizer: Arc::new(tokenizer), template, n_ctx, engine: created.description })
+    Ok(Loaded { model, cache, tokenizer: Arc::new(tokenizer), template, n_ctx, engine: created.description })
 }

@@ -28,7 +28,7 @@ pub enum Phase {
 }
 
 /// The server's counters and gauges.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     finished: [AtomicU64; 3],
     cancelled: [AtomicU64; 3],
@@ -42,6 +42,80 @@ pub struct Metrics {
     slots_busy: AtomicUsize,
     /// Requests accepted and not finished: running or waiting.
     in_flight: AtomicUsize,
+    /// Tokens per batched pass.
+    pass_tokens: Histogram<8>,
+    /// From a request's arrival to its first token, in seconds.
+    first_token: Histogram<10>,
+    /// Between two tokens of one request, in seconds.
+    between_tokens: Histogram<10>,
+}
+
+/// A Prometheus histogram over fixed bucket bounds.
+#[derive(Debug)]
+struct Histogram<const N: usize> {
+    bounds: [f64; N],
+    /// Observations at most each bound (not cumulative; summed when rendered).
+    counts: [AtomicU64; N],
+    /// Observations above the last bound.
+    over: AtomicU64,
+    /// The sum of the observations, in millionths.
+    sum_micros: AtomicU64,
+}
+
+impl<const N: usize> Histogram<N> {
+    const fn new(bounds: [f64; N]) -> Histogram<N> {
+        Histogram {
+            bounds,
+            counts: [const { AtomicU64::new(0) }; N],
+            over: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, value: f64) {
+        match self.bounds.iter().position(|&b| value <= b) {
+            Some(i) => self.counts[i].fetch_add(1, Ordering::Relaxed),
+            None => self.over.fetch_add(1, Ordering::Relaxed),
+        };
+        self.sum_micros.fetch_add((value * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// The histogram's lines: cumulative buckets, `+Inf`, sum and count.
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP purebee_{name} {help}\n# TYPE purebee_{name} histogram");
+        let mut total = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            total += c.load(Ordering::Relaxed);
+            let _ = writeln!(out, "purebee_{name}_bucket{{le=\"{b}\"}} {total}");
+        }
+        total += self.over.load(Ordering::Relaxed);
+        let _ = writeln!(out, "purebee_{name}_bucket{{le=\"+Inf\"}} {total}");
+        let _ = writeln!(out, "purebee_{name}_sum {}", self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "purebee_{name}_count {total}");
+    }
+}
+
+const SECONDS: [f64; 10] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            finished: Default::default(),
+            cancelled: Default::default(),
+            rejected: AtomicU64::new(0),
+            prompt_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
+            generated_tokens: AtomicU64::new(0),
+            prompt_micros: AtomicU64::new(0),
+            generation_micros: AtomicU64::new(0),
+            slots_total: AtomicUsize::new(0),
+            slots_busy: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            pass_tokens: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0]),
+            first_token: Histogram::new(SECONDS),
+            between_tokens: Histogram::new(SECONDS),
+        }
+    }
 }
 
 impl Metrics {
@@ -53,6 +127,21 @@ impl Metrics {
     /// Counts a request whose client went away.
     pub fn cancelled(&self, phase: Phase) {
         self.cancelled[phase as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a batched pass of `tokens` tokens.
+    pub fn pass(&self, tokens: usize) {
+        self.pass_tokens.observe(tokens as f64);
+    }
+
+    /// Records the time from a request's arrival to its first token.
+    pub fn first_token(&self, time: Duration) {
+        self.first_token.observe(time.as_secs_f64());
+    }
+
+    /// Records the time between two tokens of one request.
+    pub fn between_tokens(&self, time: Duration) {
+        self.between_tokens.observe(time.as_secs_f64());
     }
 
     /// Counts a request refused with 503 (queue full, shutting down).
@@ -187,6 +276,12 @@ impl Metrics {
         metric("slots_total", "gauge", "Slots (sessions).", &[("", self.slots() as f64)]);
         metric("slots_busy", "gauge", "Slots running a request.", &[("", self.busy() as f64)]);
         metric("queue_length", "gauge", "Requests waiting for a slot.", &[("", self.queued() as f64)]);
+        let help = "Tokens per batched pass (every busy slot's rows together).";
+        self.pass_tokens.render(&mut out, "batch_tokens", help);
+        let help = "Seconds from a request's arrival to its first token.";
+        self.first_token.render(&mut out, "time_to_first_token_seconds", help);
+        let help = "Seconds between two tokens of one request.";
+        self.between_tokens.render(&mut out, "time_between_tokens_seconds", help);
         out
     }
 }
@@ -227,5 +322,11 @@ mod tests {
         assert!(text.contains("purebee_generated_tokens_per_second 4\n"), "{text}");
         assert!(text.contains("purebee_requests_cancelled_total{phase=\"prefill\"} 1\n"), "{text}");
         assert!(text.contains("purebee_queue_length 0\n"), "{text}");
+        m.pass(3);
+        m.pass(100);
+        let text = m.render();
+        assert!(text.contains("purebee_batch_tokens_bucket{le=\"4\"} 1\n"), "{text}");
+        assert!(text.contains("purebee_batch_tokens_bucket{le=\"+Inf\"} 2\n"), "{text}");
+        assert!(text.contains("purebee_batch_tokens_sum 103\n"), "{text}");
     }
 }

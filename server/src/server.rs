@@ -194,11 +194,11 @@ fn check(config: &ServerConfig) -> Result<(), ServerError> {
     if config.parallel == 0 {
         return bad("--parallel", 0, "at least one slot is needed");
     }
-    if config.n_ctx != 0 && config.n_ctx < config.parallel {
-        return bad("-c", config.n_ctx, "must give each slot (--parallel) at least one position");
+    if config.ubatch == 0 {
+        return bad("--ubatch-size", 0, "a pass needs at least one token");
     }
-    if config.prefill_chunk == 0 {
-        return bad("prefill chunk", 0, "must be at least 1");
+    if config.batch == 0 {
+        return bad("--batch-size", 0, "a pass needs at least one token");
     }
     if config.max_body_bytes == 0 {
         return bad("body limit", 0, "must be at least 1 byte");

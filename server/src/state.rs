@@ -35,7 +35,7 @@ pub struct Ready {
     pub template: Result<ChatTemplate, String>,
     /// Hands jobs to the engine thread.
     pub submitter: Submitter,
-    /// A slot's context in positions.
+    /// The KV cache all slots share, in positions (`-c`): the most one request may use.
     pub n_ctx: usize,
     /// The model's training context.
     pub n_ctx_train: usize,

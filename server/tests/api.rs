@@ -187,7 +187,7 @@ fn models_lists_the_one_model() {
     let v = get(shared().addr, "/v1/models").json();
     assert_eq!(v["object"], "list");
     assert_eq!(v["data"][0]["id"], "tiny_b158_i2_s.gguf");
-    assert_eq!(v["data"][0]["meta"]["n_ctx_slot"], 512);
+    assert_eq!(v["data"][0]["meta"]["n_ctx"], 512);
 }
 
 #[test]

@@ -44,7 +44,7 @@ fn a_client_that_leaves_during_decode_frees_its_slot() {
 fn a_client_that_leaves_during_prefill_frees_its_slot_before_any_token() {
     let mut c = tiny_config();
     // One prompt id per step: the 4000-id prefill takes thousands of steps.
-    c.prefill_chunk = 1;
+    c.ubatch = 1;
     let s = TestServer::start(c);
     let ids: Vec<u32> = (0..4000).map(|i| 100 + i % 4000).collect();
     let stream = EventStream::send(s.addr, "/v1/completions", &json!({"prompt": ids, "stream": true, "max_tokens": 1}));

@@ -1,7 +1,8 @@
 //! On SmolLM2-135M-Instruct (`PUREBEE_SMOLLM2_GGUF`; without it these tests fail saying so,
 //! unless `PUREBEE_SKIP_SMOLLM2=1`), with the CPU engine: the model's own chat template
 //! gives a sensible greedy answer, and four times more concurrent streaming clients than
-//! slots each get the reply they get alone, or a 503.
+//! slots each get the reply they get alone (their slots advancing in shared passes), or a
+//! 503.
 
 mod common;
 
@@ -109,4 +110,7 @@ fn four_times_more_streaming_clients_than_slots_get_their_own_replies_or_503() {
     assert!(wait_until(|| s.metric("purebee_slots_busy") == 0.0));
     let rejected = s.metric("purebee_requests_rejected_total");
     assert_eq!(completed as f64 + rejected, 8.0);
+    // The busy slots advanced together: some passes ran more than one token.
+    let (passes, single) = (s.metric("purebee_batch_tokens_count"), s.metric("purebee_batch_tokens_bucket{le=\"1\"}"));
+    assert!(passes > single, "{passes} passes, {single} of one token");
 }

@@ -1,16 +1,18 @@
 //! LINEAR: `out = x̂ · Wᵀ` with weights decoded from their layout; `x̂` is `x`, or `x`
 //! rounded to int8 blocks (`LinearActivations::Int8Blocks`).
 //!
-//! - Int8 blocks against Q4_0, Q4_1 or Q8_0 weights, one token: integer products per block
+//! - Int8 blocks against Q4_0, Q4_1 or Q8_0 weights: integer products per block
 //!   (`kernels::linear_int8`), the weight bytes read once as below. The rounded activations
 //!   are kept per contents of `x` ([`Int8Activations`]): q, k and v (and gate and up) share
 //!   one rounding. Every other case with int8 blocks runs the f32 kernels below on
 //!   `x̂ = q / s_b` (exact integers, one rounding each), which LINEAR's f32 summation allows.
 //! - One token (decode): each thread takes blocks of weight rows and computes each row's
 //!   dot product decoding on the fly, so every weight byte is read once (memory-bound).
-//! - Several tokens (prefill): weight-stationary; a tile of [`TILE_ROWS`] weight rows is
-//!   decoded to f32 once and multiplied against every token (in blocks of
-//!   [`TOKEN_BLOCK`] that stay in cache) by a register-blocked micro-kernel.
+//! - Several tokens (prefill, a batched step): weight-stationary; each task takes a tile of
+//!   [`TILE_ROWS`] weight rows and applies the one-token kernels to every token, so the
+//!   tile's bytes come from memory once and from cache for the other tokens, and every
+//!   token's outputs are the bits it gets alone: a row's result never depends on the other
+//!   rows in the batch (batch invariance).
 
 use purebee_isa::ops::{Linear, LinearActivations};
 use purebee_isa::ExecError;
@@ -24,10 +26,8 @@ use crate::kernels::pool::Pool;
 use crate::kernels::Simd;
 use crate::store::{dims, mem, Store};
 
-/// Weight rows decoded together in prefill.
+/// Weight rows a several-token task applies to every token.
 const TILE_ROWS: usize = 16;
-/// Tokens multiplied against a decoded tile at a time.
-const TOKEN_BLOCK: usize = 64;
 
 pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
     const OP: &str = "LINEAR";
@@ -45,7 +45,7 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
     let (pool, level) = (e.pool, e.level);
     let acts = &mut e.caches.linear_activations;
     let gemm_tiles = &mut e.caches.gemm_tiles;
-    let int8_kernel = n == 1 && k8::supports(dtype);
+    let int8_kernel = k8::supports(dtype);
     if l.activations == LinearActivations::Int8Blocks {
         acts.update(level, e.store, l.x, e.store.f32s(reg, OP, l.x)?, n, kk);
         if !int8_kernel {
@@ -61,10 +61,12 @@ pub(crate) fn run(e: &mut Exec, l: &Linear) -> Result<(), ExecError> {
         let bytes = store.bytes(reg, OP, l.weight)?;
         let w = Weights { matrix: QuantMatrix::new(dtype, bytes, m, kk).map_err(decode_error)?, bytes, dtype, k: kk };
         let out = f32s_mut(words, n * m);
-        match (l.activations, n) {
-            (LinearActivations::Int8Blocks, 1) if int8_kernel => gemv_int8(pool, level, &w, acts.row(0), out),
-            (_, 1) => gemv(pool, level, &w, x, out),
-            _ => gemm(pool, level, &w, x, n, gemm_tiles, out),
+        let int8 = l.activations == LinearActivations::Int8Blocks && int8_kernel;
+        match (int8, n) {
+            (true, 1) => gemv_int8(pool, level, &w, acts.row(0), out),
+            (false, 1) => gemv(pool, level, &w, x, out),
+            (true, _) => gemm(pool, level, &w, Tokens::Int8(acts), n, gemm_tiles, out),
+            (false, _) => gemm(pool, level, &w, Tokens::F32(x), n, gemm_tiles, out),
         }
         Ok(())
     })
@@ -197,18 +199,34 @@ const MIN_GEMV_ROWS: usize = 16;
 
 fn gemv(pool: &Pool, level: Simd, w: &Weights, x: &[f32], out: &mut [f32]) {
     pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| {
-        if k::supports(w.dtype) {
-            for (jj, y) in o.iter_mut().enumerate() {
-                *y = k::dot_row(level, w.dtype, w.row(first + jj), x);
-            }
-        } else {
-            let mut row = vec![0f32; w.k];
-            for (jj, y) in o.iter_mut().enumerate() {
-                w.decode(first + jj, &mut row);
-                k::dot_tile(level, &row, x, w.k, std::slice::from_mut(y));
-            }
-        }
+        let mut row = Vec::new();
+        one_token_rows(level, w, first, x, &mut row, o);
     });
+}
+
+/// `out[j] = row first + j · x` for `out.len()` consecutive weight rows, with the one-token
+/// kernels (read in place, or decoded into `decoded` for the dtypes they do not read).
+fn one_token_rows(level: Simd, w: &Weights, first: usize, x: &[f32], decoded: &mut Vec<f32>, out: &mut [f32]) {
+    if k::supports(w.dtype) {
+        for (jj, y) in out.iter_mut().enumerate() {
+            *y = k::dot_row(level, w.dtype, w.row(first + jj), x);
+        }
+    } else {
+        decoded.resize(w.k, 0.0);
+        for (jj, y) in out.iter_mut().enumerate() {
+            w.decode(first + jj, decoded);
+            k::dot_tile(level, decoded, x, w.k, std::slice::from_mut(y));
+        }
+    }
+}
+
+/// The tokens of a several-token LINEAR.
+#[derive(Clone, Copy)]
+enum Tokens<'a> {
+    /// `[n, k]` f32 rows.
+    F32(&'a [f32]),
+    /// Their int8-block rounding, for the integer kernels.
+    Int8(&'a Int8Activations),
 }
 
 fn gemv_int8(pool: &Pool, level: Simd, w: &Weights, a: Int8Row, out: &mut [f32]) {
@@ -217,11 +235,11 @@ fn gemv_int8(pool: &Pool, level: Simd, w: &Weights, a: Int8Row, out: &mut [f32])
     });
 }
 
-fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut Vec<f32>, out: &mut [f32]) {
+fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut Vec<f32>, out: &mut [f32]) {
     let (m, kk) = (out.len() / n.max(1), w.k);
     // Each task computes one tile of TILE_ROWS weight rows (fewer in the last) for every
-    // token, into its part of `tiles` as `dot_tile` writes it: token-major, [n, rows]. Then
-    // each row of `out` is assembled from the tiles' runs of `rows` consecutive outputs.
+    // token, into its part of `tiles`, token-major ([n, rows]). Then each row of `out` is
+    // assembled from the tiles' runs of `rows` consecutive outputs.
     // (Every element of `tiles` is written before it is read: growing it is the only
     // zeroing.)
     if tiles.len() < m * n {
@@ -230,18 +248,14 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut 
     let outputs = &mut tiles[..m * n];
     pool.for_each_chunk(outputs, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
-        DECODED.with_borrow_mut(|tile| {
-            // Decoded rows: every element is written by `decode` (resizing zeroes only growth).
-            tile.resize(rows * kk, 0.0);
-            for (r, t) in tile.chunks_exact_mut(kk.max(1)).enumerate() {
-                w.decode(i * TILE_ROWS + r, t);
+        let first = i * TILE_ROWS;
+        let mut decoded = Vec::new();
+        for (t, ot) in o.chunks_exact_mut(rows.max(1)).enumerate() {
+            match x {
+                Tokens::F32(x) => one_token_rows(level, w, first, &x[t * kk..(t + 1) * kk], &mut decoded, ot),
+                Tokens::Int8(acts) => k8::dot_rows(level, w.dtype, w.rows(first, rows), acts.row(t), ot),
             }
-            for t0 in (0..n).step_by(TOKEN_BLOCK) {
-                let tn = (n - t0).min(TOKEN_BLOCK);
-                let xs = &x[t0 * kk..(t0 + tn) * kk];
-                k::dot_tile(level, &tile[..rows * kk], xs, kk, &mut o[t0 * rows..(t0 + tn) * rows]);
-            }
-        });
+        }
     });
     const TOKENS: usize = 16;
     let outputs = &*outputs;
@@ -265,11 +279,6 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: &[f32], n: usize, tiles: &mut 
 /// 2B shape's: 66 M at 512 tokens) do not stay resident. A larger projection allocates and
 /// zeroes its buffer each call, as before.
 const KEEP_TILES: usize = 1 << 22;
-
-thread_local! {
-    /// Each thread's decoded weight tile in `gemm`, kept between tiles and calls.
-    static DECODED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 /// `out[t · m + j] = by_row[j · n + t]`, a few tokens per task: each task reads short runs
 /// of `by_row`'s rows and writes a few whole rows of `out`, so neither side strides

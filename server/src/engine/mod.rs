@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 /// One generation request, as the engine thread runs it.
 #[derive(Debug)]
 pub struct Job {
-    /// The prompt's ids (checked: non-empty, within the vocabulary and a slot's context).
+    /// The prompt's ids (checked: non-empty, within the vocabulary and the KV cache).
     pub prompt: Vec<u32>,
     /// How to pick tokens (validated).
     pub sampler: SamplerConfig,
@@ -33,6 +33,8 @@ pub struct Job {
     pub ignore_eos: bool,
     /// Where the engine sends what happens; dropped receiver: the client went away.
     pub events: UnboundedSender<Event>,
+    /// When the request arrived (for the time to its first token).
+    pub received: std::time::Instant,
 }
 
 /// What the engine thread tells a job's handler, in this order: `Started`, `Text`s, then

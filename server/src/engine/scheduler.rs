@@ -1,14 +1,23 @@
 //! The engine thread's loop, as llama-server's: take new jobs into a FIFO queue, drop queued
 //! jobs whose client left, give free slots to queued jobs (the free slot whose cache shares
-//! the longest prefix with the prompt, else the least recently used), then one step for
-//! each busy slot in turn. It sleeps only when no slot is busy.
+//! the longest prefix with the prompt, else the least recently used), then one batched pass
+//! for every busy slot at once: each decoding slot's next token and, in the rows left of
+//! the pass's budget, the next prompt chunks of the slots still prefilling. One pass reads
+//! the weights once for all of them. It sleeps only when no slot is busy.
+//!
+//! The slots share one KV cache of `-c` positions in pages: a request may use all of it. A
+//! slot that needs a page when none is free takes the cache of the least recently used idle
+//! slot; if every page is held by busy slots, a decoding slot ends with `length` (its
+//! context is full) and a prefilling one waits for a later pass.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
 
 use purebee_isa::Engine;
+use purebee_runtime::batch::{BatchRows, SharedCache};
 use purebee_runtime::tokenizer::Tokenizer;
-use purebee_runtime::{Model, Session};
+use purebee_runtime::Model;
 
 use super::slot::{Context, Slot};
 use super::{Command, Event, FinishReason, Job};
@@ -18,29 +27,33 @@ use crate::metrics::{Metrics, Phase};
 /// The engine thread's state.
 pub struct Scheduler<'t, E: Engine> {
     model: Model<E>,
+    cache: SharedCache,
     tokenizer: &'t Tokenizer,
     slots: Vec<Slot<'t>>,
     queue: VecDeque<Box<Job>>,
     commands: Receiver<Command>,
     metrics: &'t Metrics,
-    prefill_chunk: usize,
+    /// The most rows one pass runs (`-ub`, at most `-b`).
+    pass_rows: usize,
     /// Counts admissions, for least-recently-used choice.
     clock: u64,
 }
 
 impl<'t, E: Engine> Scheduler<'t, E> {
-    /// A scheduler of `model` with one slot per session.
+    /// A scheduler of `model` with one slot per sequence of `cache`, passes of at most
+    /// `pass_rows` rows.
     pub fn new(
         model: Model<E>,
-        sessions: Vec<Session>,
+        cache: SharedCache,
         tokenizer: &'t Tokenizer,
         commands: Receiver<Command>,
         metrics: &'t Metrics,
-        prefill_chunk: usize,
+        pass_rows: usize,
     ) -> Scheduler<'t, E> {
-        metrics.set_slots(sessions.len());
-        let slots = sessions.into_iter().map(Slot::new).collect();
-        Scheduler { model, tokenizer, slots, queue: VecDeque::new(), commands, metrics, prefill_chunk, clock: 0 }
+        metrics.set_slots(cache.max_sequences());
+        let slots = (0..cache.max_sequences()).map(Slot::new).collect();
+        let pass_rows = pass_rows.max(1);
+        Scheduler { model, cache, tokenizer, slots, queue: VecDeque::new(), commands, metrics, pass_rows, clock: 0 }
     }
 
     /// Runs until a shutdown command, or until every submitter is gone; then ends every
@@ -63,12 +76,114 @@ impl<'t, E: Engine> Scheduler<'t, E> {
             }
             self.drop_cancelled();
             self.admit();
-            let mut cx = Context { model: &mut self.model, tokenizer: self.tokenizer, metrics: self.metrics };
-            for slot in &mut self.slots {
-                slot.step(&mut cx);
-            }
+            self.pass();
         }
         self.end_all();
+    }
+
+    /// One batched pass over every busy slot's next rows.
+    fn pass(&mut self) {
+        for slot in &mut self.slots {
+            slot.drop_if_cancelled(self.metrics);
+        }
+        // Decoding slots first (one row each, never kept waiting), then prompt chunks in the
+        // rows left.
+        let mut order: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_busy()).collect();
+        order.sort_by_key(|&i| (self.slots[i].is_prefilling(), self.slots[i].last_used));
+        let mut budget = self.pass_rows;
+        let mut planned: Vec<(usize, usize, usize)> = Vec::new(); // (slot, pos, rows)
+        let mut out_of_room = Vec::new();
+        for &i in &order {
+            let Some(rows) = self.slots[i].next_rows(&self.model, budget.max(1)) else { continue };
+            let (pos, n, decoding) = (rows.pos, rows.ids.len(), !self.slots[i].is_prefilling());
+            if !decoding && budget == 0 {
+                continue;
+            }
+            let seq = self.slots[i].seq;
+            if !self.make_room(seq, pos + n) {
+                if decoding {
+                    out_of_room.push(i);
+                }
+                continue;
+            }
+            budget = budget.saturating_sub(n);
+            planned.push((i, pos, n));
+        }
+        for i in out_of_room {
+            self.slots[i].finish(FinishReason::Length, self.metrics);
+        }
+        if planned.is_empty() {
+            self.unblock();
+            return;
+        }
+        let rows: Vec<BatchRows> = planned
+            .iter()
+            .filter_map(|&(i, _, n)| {
+                // The same rows as planned: `n` is what the slot asked for with the budget then.
+                let r = self.slots[i].next_rows(&self.model, n)?;
+                Some(BatchRows { seq: self.slots[i].seq, ids: r.ids, pos: r.pos, read: r.read })
+            })
+            .collect();
+        self.metrics.pass(rows.iter().map(|r| r.ids.len()).sum());
+        let started = Instant::now();
+        let result = self.model.forward_batch(&mut self.cache, &rows);
+        let took = started.elapsed();
+        drop(rows);
+        let cx = Context { tokenizer: self.tokenizer, metrics: self.metrics };
+        match result {
+            Ok(outputs) => {
+                let n_ctx = self.cache.n_ctx();
+                for (&(i, _, n), output) in planned.iter().zip(outputs) {
+                    self.slots[i].complete(n, output, took, &cx, n_ctx);
+                }
+            }
+            Err(e) => {
+                // The cause goes to the operator's log only: it can name the model's path
+                // and the machine's devices, which are not the clients' to see.
+                eprintln!("purebee-rs: error: a batched pass failed in the engine: {e}");
+                for &(i, pos, _) in &planned {
+                    self.cache.truncate(self.slots[i].seq, pos);
+                    self.slots[i].fail(self.metrics);
+                }
+            }
+        }
+    }
+
+    /// Pages for positions `0..len` of sequence `seq`, taking idle slots' caches (least
+    /// recently used first) when none are free; false if busy slots hold every page.
+    fn make_room(&mut self, seq: usize, len: usize) -> bool {
+        loop {
+            if self.cache.reserve(seq, len) {
+                return true;
+            }
+            let idle = self
+                .slots
+                .iter()
+                .filter(|s| !s.is_busy() && s.seq != seq && !self.cache.cached_ids(s.seq).is_empty())
+                .min_by_key(|s| s.last_used)
+                .map(|s| s.seq);
+            match idle {
+                Some(other) => self.cache.clear(other),
+                None => return false,
+            }
+        }
+    }
+
+    /// No row could run although slots are busy: every page is held by slots still
+    /// prefilling. The most recently started one gives its pages back and is refused, so
+    /// that the others can finish.
+    fn unblock(&mut self) {
+        let stuck = self.slots.iter_mut().filter(|s| s.is_busy()).max_by_key(|s| s.last_used);
+        if let Some(slot) = stuck {
+            let n_ctx = self.cache.n_ctx();
+            self.cache.clear(slot.seq);
+            slot.refuse(
+                ApiError::unavailable(format!(
+                    "the KV cache ({n_ctx} positions, -c) is held by other requests; retry later"
+                )),
+                self.metrics,
+            );
+        }
     }
 
     /// Takes the commands that arrived; false on shutdown.
@@ -119,7 +234,7 @@ impl<'t, E: Engine> Scheduler<'t, E> {
                 .enumerate()
                 .filter(|(_, s)| !s.is_busy())
                 .max_by_key(|(_, s)| {
-                    let prefix = self.queue.front().map_or(0, |job| s.session.common_prefix(&job.prompt));
+                    let prefix = self.queue.front().map_or(0, |job| self.cache.common_prefix(s.seq, &job.prompt));
                     (prefix, std::cmp::Reverse(s.last_used))
                 })
                 .map(|(i, _)| i);
@@ -128,7 +243,7 @@ impl<'t, E: Engine> Scheduler<'t, E> {
             self.clock += 1;
             let slot = &mut self.slots[i];
             slot.last_used = self.clock;
-            slot.start(job, self.tokenizer, self.metrics, self.prefill_chunk);
+            slot.start(job, &self.cache, self.tokenizer, self.metrics, self.pass_rows);
         }
     }
 

@@ -1,21 +1,24 @@
-//! A slot: one session (its KV cache kept across requests, so a later prompt that shares a
-//! prefix reuses it) and the generation running in it, advanced one step at a time.
+//! A slot: one sequence of the shared KV cache (what it holds is kept across requests, so a
+//! later prompt that shares a prefix reuses it) and the generation running in it. The
+//! scheduler asks each busy slot for its next rows, runs every slot's rows in one batched
+//! pass, and hands each slot what its rows gave.
 
 use std::time::{Duration, Instant};
 
 use purebee_isa::Engine;
+use purebee_runtime::batch::{RowOutput, SharedCache};
 use purebee_runtime::tokenizer::{StreamDecoder, Tokenizer};
-use purebee_runtime::{Generator, Model, ModelError, Prefill, Session};
+use purebee_runtime::{Generator, Model, ModelError, NextRows, Prefill};
 
 use super::{Event, Finish, FinishReason, Job};
 use crate::api_error::ApiError;
 use crate::metrics::{Metrics, Outcome, Phase};
 use crate::stop::StopMatcher;
 
-/// A session and what runs in it.
+/// A sequence of the shared cache and what runs in it.
 pub struct Slot<'t> {
-    /// The session: its cache outlives requests.
-    pub session: Session,
+    /// Its sequence in the shared cache.
+    pub seq: usize,
     /// When it was last given a job (for least-recently-used choice).
     pub last_used: u64,
     active: Option<Active<'t>>,
@@ -30,22 +33,14 @@ struct Active<'t> {
     generated: usize,
     prompt_time: Duration,
     decode_time: Duration,
-}
-
-/// What the engine thread shares with every slot's step.
-pub struct Context<'a, 't, E: Engine> {
-    /// The model.
-    pub model: &'a mut Model<E>,
-    /// Its tokenizer.
-    pub tokenizer: &'t Tokenizer,
-    /// Counters.
-    pub metrics: &'a Metrics,
+    /// When the last token was sent (for the time between tokens).
+    last_token: Option<Instant>,
 }
 
 impl<'t> Slot<'t> {
-    /// An idle slot over `session`.
-    pub fn new(session: Session) -> Slot<'t> {
-        Slot { session, last_used: 0, active: None }
+    /// An idle slot over sequence `seq`.
+    pub fn new(seq: usize) -> Slot<'t> {
+        Slot { seq, last_used: 0, active: None }
     }
 
     /// Whether a generation runs here.
@@ -53,10 +48,23 @@ impl<'t> Slot<'t> {
         self.active.is_some()
     }
 
-    /// Starts `job` here: its prompt's common prefix with the cache is reused; prefill runs
-    /// in chunks of at most `prefill_chunk` ids, one per step.
-    pub fn start(&mut self, job: Box<Job>, tokenizer: &'t Tokenizer, metrics: &Metrics, prefill_chunk: usize) {
-        let generator = match Generator::new(&self.session, &job.prompt, job.sampler.clone()) {
+    /// Whether a generation runs here and its prompt is not all in the cache yet.
+    pub fn is_prefilling(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| !a.generator.prompt_done())
+    }
+
+    /// Starts `job` here: its prompt's common prefix with what the sequence holds is
+    /// reused; prefill runs in chunks of at most `prefill_chunk` ids (fewer when the pass has
+    /// fewer rows left), one per pass.
+    pub fn start(
+        &mut self,
+        job: Box<Job>,
+        cache: &SharedCache,
+        tokenizer: &'t Tokenizer,
+        metrics: &Metrics,
+        prefill_chunk: usize,
+    ) {
+        let generator = match Generator::in_shared_cache(cache, self.seq, &job.prompt, job.sampler.clone()) {
             Ok(g) => g.prefill(Prefill::Chunks(prefill_chunk)),
             Err(e) => {
                 // The handler checked the prompt and settings; this is a last line of defence.
@@ -82,48 +90,57 @@ impl<'t> Slot<'t> {
             generated: 0,
             prompt_time: Duration::ZERO,
             decode_time: Duration::ZERO,
+            last_token: None,
         });
     }
 
-    /// One step of the generation running here (none: nothing to do): stops it if its
-    /// client went away, else prefills a chunk or generates a token and sends its text.
-    pub fn step<E: Engine>(&mut self, cx: &mut Context<'_, 't, E>) {
+    /// Ends the generation here if its client went away; true if it did.
+    pub fn drop_if_cancelled(&mut self, metrics: &Metrics) -> bool {
+        let Some(a) = self.active.as_ref() else { return false };
+        if !a.job.events.is_closed() {
+            return false;
+        }
+        metrics.cancelled(if a.generator.prompt_done() { Phase::Decode } else { Phase::Prefill });
+        self.end(metrics, None);
+        true
+    }
+
+    /// The rows of this slot's next pass (at most `max_rows` prompt ids while it prefills),
+    /// if a generation runs here.
+    pub fn next_rows<E: Engine>(&self, model: &Model<E>, max_rows: usize) -> Option<NextRows<'_>> {
+        self.active.as_ref().map(|a| a.generator.next_rows(model, max_rows))
+    }
+
+    /// Takes what a pass that took `took` gave this slot's `n` rows (`output`: what they
+    /// asked to read), and sends the text of a new token.
+    pub fn complete(
+        &mut self,
+        n: usize,
+        output: Option<RowOutput>,
+        took: Duration,
+        cx: &Context<'_, 't>,
+        n_ctx: usize,
+    ) {
         let Some(a) = self.active.as_mut() else { return };
         let prefilling = !a.generator.prompt_done();
-        if a.job.events.is_closed() {
-            cx.metrics.cancelled(if prefilling { Phase::Prefill } else { Phase::Decode });
-            self.end(cx.metrics, None);
+        let Some(token) = a.generator.finish_rows(n, output) else {
+            a.prompt_time += took;
             return;
-        }
-        let started = Instant::now();
-        let result = a.generator.step(cx.model, &mut self.session);
-        let took = started.elapsed();
-        let token = match result {
-            Ok(None) => {
-                a.prompt_time += took;
-                return;
-            }
-            Ok(Some(token)) => token,
-            Err(e) => {
-                // What the cache holds after a failed pass is unknown.
-                self.session.clear();
-                cx.metrics.finished(Outcome::Error);
-                // The cause goes to the operator's log only: it can name the model's path
-                // and the machine's devices, which are not the client's to see.
-                eprintln!("purebee-rs: error: a request failed in the engine: {e}");
-                let message = "the engine failed on this request (the server's log has the cause)";
-                self.end(cx.metrics, Some(Event::Failed(ApiError::server(message))));
-                return;
-            }
         };
+        let now = Instant::now();
         if prefilling {
             a.prompt_time += took;
             cx.metrics.prefilled(a.job.prompt.len() - a.generator.reused(), a.prompt_time);
+            cx.metrics.first_token(now.duration_since(a.job.received));
             cx.metrics.generated(Duration::ZERO);
         } else {
             a.decode_time += took;
             cx.metrics.generated(took);
+            if let Some(last) = a.last_token {
+                cx.metrics.between_tokens(now.duration_since(last));
+            }
         }
+        a.last_token = Some(now);
         a.generated += 1;
         if !a.job.ignore_eos && cx.tokenizer.is_eog(token) {
             self.finish(FinishReason::Stop, cx.metrics);
@@ -136,9 +153,24 @@ impl<'t> Slot<'t> {
         if pushed.stopped {
             // Whatever follows the stop string, held bytes included, is never sent.
             self.done(FinishReason::Stop, cx.metrics);
-        } else if a.job.max_tokens.is_some_and(|m| a.generated >= m) || !a.generator.has_room(&self.session) {
+        } else if a.job.max_tokens.is_some_and(|m| a.generated >= m) || !a.generator.has_room_for(n_ctx) {
             self.finish(FinishReason::Length, cx.metrics);
         }
+    }
+
+    /// The pass with this slot's rows failed: the request ends with a server error.
+    pub fn fail(&mut self, metrics: &Metrics) {
+        let message = "the engine failed on this request (the server's log has the cause)";
+        self.refuse(ApiError::server(message), metrics);
+    }
+
+    /// Ends the request running here with `error`.
+    pub fn refuse(&mut self, error: ApiError, metrics: &Metrics) {
+        if self.active.is_none() {
+            return;
+        }
+        metrics.finished(Outcome::Error);
+        self.end(metrics, Some(Event::Failed(error)));
     }
 
     /// Ends the generation running here, not at a stop string: the text held back (bytes
@@ -185,4 +217,12 @@ impl<'t> Slot<'t> {
             }
         }
     }
+}
+
+/// What the engine thread shares with every slot.
+pub struct Context<'a, 't> {
+    /// Its tokenizer.
+    pub tokenizer: &'t Tokenizer,
+    /// Counters.
+    pub metrics: &'a Metrics,
 }

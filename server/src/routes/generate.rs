@@ -1,5 +1,5 @@
 //! What chat and completions share once they have prompt ids: the checks before anything
-//! starts (the prompt fits a slot), the job handed to the engine (503 when the queue is
+//! starts (the prompt fits the KV cache), the job handed to the engine (503 when the queue is
 //! full), the wait for a slot, then the answer streamed or whole.
 //!
 //! A handler waits for its job to get a slot before it answers, so an error up to then is
@@ -28,6 +28,7 @@ pub async fn answer(ready: &Ready, meta: Meta, prompt: Vec<u32>, params: Params)
         stop: params.stop,
         ignore_eos: params.ignore_eos,
         events,
+        received: std::time::Instant::now(),
     })?;
     match receiver.recv().await {
         Some(Event::Started) => {}

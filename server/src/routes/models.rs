@@ -23,7 +23,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Response {
             "meta": {
                 "n_vocab": ready.n_vocab,
                 "n_ctx_train": ready.n_ctx_train,
-                "n_ctx_slot": ready.n_ctx,
+                "n_ctx": ready.n_ctx,
                 "slots": state.metrics.slots(),
                 "engine": ready.engine,
             },
