@@ -3,17 +3,21 @@
 //! positions with other prompts, and however its own rows are split into passes (a whole
 //! prefill, chunks of any size, one token at a time), on the reference engine and the CPU
 //! engine (every SIMD path this CPU runs, one thread and several), on every tiny model
-//! (every ternary weight type, with and without sub-norms). On the F32 models the batched
-//! logits stay within 1e-4 of the single-session path's, with its greedy tokens. The cache's pages come back when a sequence is cleared, and a cache that cannot
-//! hold a sequence's new positions is a typed error that runs nothing.
+//! (every ternary weight type, with and without sub-norms). On the GPU engine they stay
+//! within 1e-4 with the same greedy tokens (its one-row and several-row kernels reduce in
+//! different orders). On the F32 models the batched logits stay within 1e-4 of the
+//! single-session path's, with its greedy tokens. The cache's pages come back when a
+//! sequence is cleared, and a cache that cannot hold a sequence's new positions is a typed
+//! error that runs nothing.
 
 use purebee_engine_cpu::{CpuEngine, CpuOptions};
+use purebee_engine_gpu::GpuOptions;
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::batch::{BatchRows, RowOutput, RowRead, SharedCache, PAGE_SIZE};
 use purebee_runtime::{LogitsRows, Model, ModelError};
-use purebee_tests::differential::cpu_levels;
+use purebee_tests::differential::{cpu_levels, gpu_tests_skipped, new_gpu_engine};
 use purebee_tests::{case_ids, tiny, TINY_MODELS};
 
 /// How one sequence joins a schedule.
@@ -115,16 +119,36 @@ fn prompts(model: &str) -> Vec<Vec<u32>> {
     vec![long.clone(), p16, ids16[..5].to_vec(), long[..long.len().min(40)].iter().rev().copied().collect()]
 }
 
-fn assert_bits(got: &Rows, want: &Rows, what: &str) {
+/// How equal a sequence's logits must be alone and in a batch.
+#[derive(Clone, Copy, Debug)]
+enum Same {
+    /// Bit for bit.
+    Bits,
+    /// Within a relative bound per logit (`|a − b| ≤ bound · (1 + |b|)`), with the same
+    /// greedy tokens.
+    Within(f32),
+}
+
+fn assert_same(got: &Rows, want: &Rows, same: Same, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: tokens");
     for (t, (g, w)) in got.iter().zip(want).enumerate() {
-        let same = g.len() == w.len() && g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "{what}: token {t}'s logits differ");
+        assert_eq!(g.len(), w.len(), "{what}: token {t}'s row length");
+        match same {
+            Same::Bits => {
+                let equal = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(equal, "{what}: token {t}'s logits differ");
+            }
+            Same::Within(bound) => {
+                let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
+                assert!(worst <= bound, "{what}: token {t}'s logits differ by {worst} (bound {bound})");
+                assert_eq!(argmax(g), argmax(w), "{what}: token {t}'s greedy token");
+            }
+        }
     }
 }
 
 /// Every sequence alone, then all together under two schedules: bit-identical logits.
-fn check_invariance<E: Engine>(model: &mut Model<E>, name: &str, what: &str) {
+fn check_invariance<E: Engine>(model: &mut Model<E>, name: &str, same: Same, what: &str) {
     let prompts = prompts(name);
     let mut cache = model.new_shared_cache(4 * PAGE_SIZE, 4).expect("shared cache");
     const TOKENS: usize = 5;
@@ -140,7 +164,7 @@ fn check_invariance<E: Engine>(model: &mut Model<E>, name: &str, what: &str) {
             schedule.iter().enumerate().map(|(seq, &(delay, chunk))| Plan { seq, delay, chunk }).collect();
         let together = run_schedule(model, &mut cache, &prompts, &plans, TOKENS);
         for (i, rows) in together.iter().enumerate() {
-            assert_bits(rows, &alone[i], &format!("{what} {name}: schedule {k}, sequence {i}"));
+            assert_same(rows, &alone[i], same, &format!("{what} {name}: schedule {k}, sequence {i}"));
         }
     }
     // The single-session path (consecutive rows, its attention split otherwise) on the
@@ -177,7 +201,7 @@ fn a_sequence_gets_the_same_bits_in_any_batch_on_the_reference_engine() {
     for name in TINY_MODELS {
         let file = GgufFile::open(tiny(&format!("{name}.gguf"))).expect("fixture opens");
         let mut model = Model::load(RefEngine::new(), &file).expect("model loads");
-        check_invariance(&mut model, name, "ref");
+        check_invariance(&mut model, name, Same::Bits, "ref");
     }
 }
 
@@ -191,7 +215,7 @@ fn a_sequence_gets_the_same_bits_in_any_batch_on_the_cpu_engine() {
             let file = GgufFile::open(tiny(&format!("{name}.gguf"))).expect("fixture opens");
             let engine = CpuEngine::new(&CpuOptions { threads: Some(threads), simd: Some(level) }).expect("cpu");
             let mut model = Model::load(engine, &file).expect("model loads");
-            check_invariance(&mut model, name, &format!("cpu {level:?} x{threads}"));
+            check_invariance(&mut model, name, Same::Bits, &format!("cpu {level:?} x{threads}"));
         }
     }
 }
@@ -227,4 +251,21 @@ fn pages_come_back_and_a_full_cache_is_a_typed_error() {
     assert!(bad(&[rows(3, 0)]), "a sequence outside the cache");
     assert!(bad(&[rows(1, 0), rows(1, 0)]), "a sequence named twice");
     assert!(bad(&[rows(1, prompt.len() + 1)]), "a gap after what the sequence holds");
+}
+
+/// The GPU engine's one-row and several-row products and norms reduce in different orders
+/// (one token takes the fused decode kernels, several the tiled ones), so a batch moves a
+/// sequence's logits by a few units in the last place of the F32 models' logits (8e-6
+/// relative seen on lavapipe): held to 1e-4, the single-session path's own bound against
+/// the reference, and to the same greedy tokens.
+#[test]
+fn a_sequence_stays_within_bounds_in_any_batch_on_the_gpu_engine() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for name in ["tiny_b158_f32", "tiny_bitnet_f32"] {
+        let file = GgufFile::open(tiny(&format!("{name}.gguf"))).expect("fixture opens");
+        let mut model = Model::load(new_gpu_engine(&GpuOptions::default()), &file).expect("model loads");
+        check_invariance(&mut model, name, Same::Within(1e-4), "gpu");
+    }
 }
