@@ -6,10 +6,16 @@
 //! is compared after each run, so a write to a wrong row or past the rows written shows. One
 //! compiled program runs at several positions (a run-time parameter), each run adding rows
 //! to the same cache. Widths are not multiples of the 256-thread workgroup.
+//!
+//! Into an F16 cache KV_WRITE rounds (to nearest, ties to even, NaN to the ISA's quiet
+//! NaN), and that too must agree bit for bit: the same random patterns (every class of f32,
+//! values past f16's range and below its subnormals), half of them made exact ties between
+//! two f16 values (the 13 bits f16 drops set to `0x1000`), so that ties to even are tested
+//! in every case rather than once in 8192.
 
 use proptest::prelude::*;
 use purebee_isa::{Engine, ExecError, ParamValue, ProgramBuilder, U32Arg};
-use purebee_memory::{HostTensor, Shape};
+use purebee_memory::{DType, HostTensor, Shape};
 use purebee_tests::differential::{cpu_levels, cpu_pair, gpu_tests_skipped, on_cpu_levels, pair, u32s, Pair};
 
 fn matrix(rows: usize, cols: usize, bits: Vec<u32>) -> HostTensor {
@@ -17,9 +23,21 @@ fn matrix(rows: usize, cols: usize, bits: Vec<u32>) -> HostTensor {
     HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), values).expect("sizes agree")
 }
 
+/// An F16 `[rows, cols]` matrix of the low halves of `bits`.
+fn matrix_f16(rows: usize, cols: usize, bits: &[u32]) -> HostTensor {
+    let bytes: Vec<u8> = bits.iter().flat_map(|&b| (b as u16).to_le_bytes()).collect();
+    HostTensor::from_bytes("x", DType::F16, Shape::matrix(rows, cols).expect("shape"), &bytes).expect("sizes agree")
+}
+
+/// Half of `bits` made exact ties between two f16 values (for an F16 cache).
+fn with_ties(bits: &[u32]) -> Vec<u32> {
+    bits.iter().enumerate().map(|(i, &b)| if i % 2 == 0 { b & !0x1fff | 0x1000 } else { b }).collect()
+}
+
 /// Writes `src` (`[n, w]`) into a `[n_ctx, w]` cache holding `init`, once per position of
 /// `positions`, with one compiled program on both engines of `pair`; compares the caches
-/// bit for bit after each run.
+/// bit for bit after each run. Over an F32 cache, and over an F16 one (its initial values
+/// the low halves of `init`, `src` with ties).
 fn check<E: Engine>(
     pair: &mut Pair<E>,
     n: usize,
@@ -29,7 +47,27 @@ fn check<E: Engine>(
     init: &[u32],
     positions: &[u32],
 ) -> Result<(), String> {
-    let inputs = [("src", matrix(n, w, src.to_vec())), ("cache", matrix(n_ctx, w, init.to_vec()))];
+    check_dtype(pair, DType::F32, n, w, n_ctx, src, init, positions)?;
+    check_dtype(pair, DType::F16, n, w, n_ctx, &with_ties(src), init, positions)
+}
+
+#[allow(clippy::too_many_arguments)] // the case's shape and data
+fn check_dtype<E: Engine>(
+    pair: &mut Pair<E>,
+    dtype: DType,
+    n: usize,
+    w: usize,
+    n_ctx: usize,
+    src: &[u32],
+    init: &[u32],
+    positions: &[u32],
+) -> Result<(), String> {
+    let cache = match dtype {
+        DType::F16 => matrix_f16(n_ctx, w, init),
+        _ => matrix(n_ctx, w, init.to_vec()),
+    };
+    let size = if dtype == DType::F16 { 2 } else { 4 };
+    let inputs = [("src", matrix(n, w, src.to_vec())), ("cache", cache)];
     let runs: Vec<Vec<ParamValue>> = positions.iter().map(|&p| vec![ParamValue::U32(p)]).collect();
     let results = pair.run_each(&inputs, &runs, |b: &mut ProgramBuilder, _, ids| {
         let pos = b.param_u32("pos")?;
@@ -37,21 +75,28 @@ fn check<E: Engine>(
         Ok(vec![ids[1]])
     });
     for (run, (got, reference)) in results.iter().enumerate() {
-        let (got, want) = (u32s(&got[0]), u32s(&reference[0]));
+        let elements = |b: &[u8]| -> Vec<u32> {
+            b.chunks_exact(size).map(|c| c.iter().rev().fold(0u32, |a, &x| a << 8 | x as u32)).collect()
+        };
+        let (got, want) = (elements(&got[0]), elements(&reference[0]));
         if got.len() != want.len() {
-            return Err(format!("{} engine: {} words, expected {}", pair.engine.name(), got.len(), want.len()));
+            return Err(format!("{} engine: {} elements, expected {}", pair.engine.name(), got.len(), want.len()));
         }
         if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
+            let r = i / w;
+            let source = r
+                .checked_sub(positions[run] as usize)
+                .filter(|&sr| sr < n)
+                .map(|sr| format!(" (source {:#010x})", src[sr * w + i % w]))
+                .unwrap_or_default();
             return Err(format!(
-                "{} engine: n={n} w={w} n_ctx={n_ctx} run {run} (pos {}): index {i} (row {}, col {}): got {:#010x}, \
-                 expected {:#010x}, difference {:e}",
+                "{} engine, {dtype} cache: n={n} w={w} n_ctx={n_ctx} run {run} (pos {}): index {i} (row {r}, col {}): \
+                 got {:#x}, expected {:#x}{source}",
                 pair.engine.name(),
                 positions[run],
-                i / w,
                 i % w,
                 got[i],
                 want[i],
-                f32::from_bits(got[i]) - f32::from_bits(want[i])
             ));
         }
     }

@@ -129,6 +129,46 @@ fn exp_shifted_lanes(row: &mut [f32], max: f32) -> f32 {
     lanes.iter().sum()
 }
 
+/// `dst[i] = src[i]` widened from f16 bits (exact): F16C's `vcvtph2ps` on AVX2, `half`
+/// elsewhere (which uses the hardware conversion where it has one).
+pub fn widen_f16(level: Simd, src: &[u16], dst: &mut [f32]) {
+    assert!(src.len() == dst.len(), "widen_f16: lengths");
+    match level.get() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `scores`.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::widen_f16(src, dst) },
+        _ => {
+            for (d, &h) in dst.iter_mut().zip(src) {
+                *d = half::f16::from_bits(h).to_f32();
+            }
+        }
+    }
+}
+
+/// `dst[i]` = the bits of the f16 nearest `src[i]`, ties to even (KV_WRITE's rounding, ISA
+/// `f16_bits`): F16C's `vcvtps2ph` on AVX2 (its NaN is the ISA's: the sign, quiet, the top
+/// payload bits), `half` elsewhere.
+pub fn round_f16(level: Simd, src: &[f32], dst: &mut [u16]) {
+    assert!(src.len() == dst.len(), "round_f16: lengths");
+    match level.get() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `scores`.
+        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::round_f16(src, dst) },
+        _ => {
+            for (d, &x) in dst.iter_mut().zip(src) {
+                *d = if x.is_nan() {
+                    // `half` keeps the payload's top bits and sets the quiet bit; spelled out
+                    // so as not to depend on which of its paths runs.
+                    let b = x.to_bits();
+                    ((b >> 16) & 0x8000) as u16 | 0x7e00 | ((b & 0x7f_ffff) >> 13) as u16
+                } else {
+                    half::f16::from_f32(x).to_bits()
+                };
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -139,6 +179,41 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn exp_shifted(row: &mut [f32], max: f32) -> f32 {
         super::exp_shifted_lanes(row, max)
+    }
+
+    /// See `attention::widen_f16`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn widen_f16(src: &[u16], dst: &mut [f32]) {
+        let wide = src.len() / 8 * 8;
+        for i in (0..wide).step_by(8) {
+            // SAFETY: i + 8 ≤ wide ≤ the length of both slices.
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            }
+        }
+        for i in wide..src.len() {
+            dst[i] = half::f16::from_bits(src[i]).to_f32();
+        }
+    }
+
+    /// See `attention::round_f16`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn round_f16(src: &[f32], dst: &mut [u16]) {
+        let mut i = 0;
+        while i < src.len() {
+            let mut x = [0f32; 8];
+            let n = (src.len() - i).min(8);
+            x[..n].copy_from_slice(&src[i..i + n]);
+            let mut h = [0u16; 8];
+            // SAFETY: 8 floats read from and 8 halves written to local arrays.
+            unsafe {
+                let v = _mm256_loadu_ps(x.as_ptr());
+                _mm_storeu_si128(h.as_mut_ptr().cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
+            }
+            dst[i..i + n].copy_from_slice(&h[..n]);
+            i += n;
+        }
     }
 
     /// The sum of the eight lanes.

@@ -22,6 +22,7 @@
 
 use purebee_isa::ops::Attention;
 use purebee_isa::{ExecError, ParamValue, Program};
+use purebee_memory::{DType, Registry, TensorId};
 
 use super::cache_rows::{resolve, Resolved};
 use super::{f32s_mut, Exec};
@@ -30,7 +31,7 @@ use crate::kernels::linear::dot_tile;
 use crate::kernels::math;
 use crate::kernels::pool::Pool;
 use crate::kernels::Simd;
-use crate::store::dims;
+use crate::store::{dims, mem, Store};
 
 /// Positions per part when one row is split over positions.
 const SPLIT_POSITIONS: usize = 256;
@@ -54,6 +55,32 @@ struct Shape {
     level: Simd,
 }
 
+/// A KV cache as its engine holds it: F32, or the bits of F16 values (widened exactly, a
+/// span at a time, where a kernel reads them).
+#[derive(Clone, Copy)]
+enum Cache<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+impl<'a> Cache<'a> {
+    /// Elements `range` as f32: in place for an F32 cache, widened into `buf` for F16.
+    fn span<'b>(self, level: Simd, range: std::ops::Range<usize>, buf: &'b mut Vec<f32>) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        match self {
+            Cache::F32(x) => &x[range],
+            Cache::F16(h) => {
+                buf.clear();
+                buf.resize(range.len(), 0.0);
+                attention::widen_f16(level, &h[range], buf);
+                buf
+            }
+        }
+    }
+}
+
 /// What one part of the positions of one query row produced: per query head, the maximum
 /// score, `Σ e^(score − max)` and `Σ e^(score − max) · v`.
 struct Part {
@@ -64,7 +91,7 @@ struct Part {
 
 /// Attends every query head of one row `q` (`[n_head · hd]`) over cache positions `t0..t1`,
 /// reading the cache rows in place, in order.
-fn attend(s: Shape, q: &[f32], (k, v): (&[f32], &[f32]), t0: usize, t1: usize) -> Part {
+fn attend(s: Shape, q: &[f32], (k, v): (Cache, Cache), t0: usize, t1: usize) -> Part {
     let hd = s.hd;
     let n_head = q.len() / hd;
     let len = t1.saturating_sub(t0);
@@ -74,14 +101,15 @@ fn attend(s: Shape, q: &[f32], (k, v): (&[f32], &[f32]), t0: usize, t1: usize) -
     }
     let heads = attention::Heads { hd, group: s.group, stride: s.kv_width };
     let rows = t0 * s.kv_width..t1 * s.kv_width;
+    let mut buf = Vec::new();
     let mut weights = vec![0f32; n_head * len]; // [n_head, len]
-    attention::scores(s.level, heads, q, &k[rows.clone()], s.scale, &mut weights);
+    attention::scores(s.level, heads, q, k.span(s.level, rows.clone(), &mut buf), s.scale, &mut weights);
     for (h, row) in weights.chunks_exact_mut(len).enumerate() {
         let max = max_of(row.iter().copied());
         part.max[h] = max;
         part.sum[h] = attention::exp_shifted(s.level, row, max);
     }
-    attention::weighted_values(s.level, heads, &weights, len, &v[rows], &mut part.acc);
+    attention::weighted_values(s.level, heads, &weights, len, v.span(s.level, rows, &mut buf), &mut part.acc);
     part
 }
 
@@ -92,12 +120,15 @@ fn max_of(xs: impl IntoIterator<Item = f32>) -> f32 {
 
 /// Prefill: query rows `r0 .. r0 + rows` (row `r` at position `pos + r`), every kv head, into
 /// `out`, those rows of the output (`[rows, n_kv · group · hd]`).
-fn attend_rows(s: Shape, (q, k, v): (&[f32], &[f32], &[f32]), n_kv: usize, pos: usize, r0: usize, out: &mut [f32]) {
+fn attend_rows(s: Shape, (q, k, v): (&[f32], Cache, Cache), n_kv: usize, pos: usize, r0: usize, out: &mut [f32]) {
     let (hd, g) = (s.hd, s.group);
     let q_width = n_kv * g * hd;
     let rows = out.len() / q_width.max(1);
     // The block's last row attends to positions 0 ..= pos + r0 + rows − 1.
     let len = pos + r0 + rows;
+    let (mut k_buf, mut v_buf) = (Vec::new(), Vec::new());
+    let k = k.span(s.level, 0..len * s.kv_width, &mut k_buf);
+    let v = v.span(s.level, 0..len * s.kv_width, &mut v_buf);
     let qn = rows * g; // query vectors of one kv head: row r, head h at r·g + h
     let mut keys = vec![0f32; len * hd]; // [len, hd]
     let mut values_t = vec![0f32; hd * len]; // [hd, len]
@@ -180,7 +211,7 @@ fn paged_parts(p: usize, page: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 /// Paged rows: one task per (row, part), then each row's parts merged in order.
-fn attend_paged(s: Shape, (q, k, v): (&[f32], &[f32], &[f32]), rows: &Resolved, pool: &Pool, out: &mut [f32]) {
+fn attend_paged(s: Shape, (q, k, v): (&[f32], Cache, Cache), rows: &Resolved, pool: &Pool, out: &mut [f32]) {
     let q_width = s.kv_width * s.group; // n_kv · group · hd
     let n = out.len() / q_width.max(1);
     let page = rows.page_size().unwrap_or(usize::MAX);
@@ -202,14 +233,30 @@ fn attend_paged(s: Shape, (q, k, v): (&[f32], &[f32], &[f32]), rows: &Resolved, 
     }
 }
 
+/// ATTENTION's view of a live cache of either dtype.
+fn cache<'a>(store: &'a Store, reg: &'a Registry, id: TensorId) -> Result<Cache<'a>, ExecError> {
+    const OP: &str = "ATTENTION";
+    if reg.desc(id).map_err(mem(OP))?.dtype != DType::F16 {
+        return Ok(Cache::F32(store.f32s(reg, OP, id)?));
+    }
+    let numel = reg.desc(id).map_err(mem(OP))?.shape.numel();
+    let bytes = store.bytes(reg, OP, id)?;
+    let halves: &[u16] = bytemuck::try_cast_slice(&bytes[..2 * numel]).map_err(|_| ExecError::Decode {
+        op: OP,
+        tensor: reg.name(id).to_string(),
+        reason: "its bytes are not 2-byte aligned".to_string(),
+    })?;
+    Ok(Cache::F16(halves))
+}
+
 pub(crate) fn run(e: &mut Exec, program: &Program, params: &[ParamValue], a: &Attention) -> Result<(), ExecError> {
     const OP: &str = "ATTENTION";
     let (n, q_width) = dims(e.reg, OP, a.q)?;
     let (_, kv_width) = dims(e.reg, OP, a.k_cache)?;
     let rows = resolve(e, OP, program, params, &a.rows, n, a.k_cache, true)?;
     e.store.f32s(e.reg, OP, a.q)?;
-    e.store.f32s(e.reg, OP, a.k_cache)?;
-    e.store.f32s(e.reg, OP, a.v_cache)?;
+    e.store.bytes(e.reg, OP, a.k_cache)?;
+    e.store.bytes(e.reg, OP, a.v_cache)?;
     let hd = a.head_dim as usize;
     let (n_head, n_kv) = (q_width / hd, kv_width / hd);
     let group = n_head / n_kv;
@@ -217,8 +264,8 @@ pub(crate) fn run(e: &mut Exec, program: &Program, params: &[ParamValue], a: &At
     let (reg, pool) = (e.reg, e.pool);
     e.store.with_output(reg, OP, a.out, |store, words| {
         let q = store.f32s(reg, OP, a.q)?;
-        let k = store.f32s(reg, OP, a.k_cache)?;
-        let v = store.f32s(reg, OP, a.v_cache)?;
+        let k = cache(store, reg, a.k_cache)?;
+        let v = cache(store, reg, a.v_cache)?;
         let out = f32s_mut(words, n * q_width);
         let pos = match rows {
             Resolved::Consecutive(pos) => pos,

@@ -1,10 +1,12 @@
 //! ATTENTION: causal grouped-query attention over the cache, in f64.
 
+use std::borrow::Cow;
+
 use purebee_isa::ops::Attention;
 use purebee_isa::{ExecError, ParamValue, Program};
-use purebee_memory::Registry;
+use purebee_memory::{DType, Registry, TensorId};
 
-use crate::access::{dims, f32s, store_f32};
+use crate::access::{dims, f32s, mem, store_f32};
 use crate::ops::rows::cache_rows;
 use crate::ops::softmax::softmax_weights;
 
@@ -19,8 +21,8 @@ pub(crate) fn run(
     let (_, kv_width) = dims(reg, OP, a.k_cache)?;
     let positions = cache_rows(reg, OP, program, params, &a.rows, n, a.k_cache, true)?;
     let q = f32s(reg, OP, a.q)?; // [n, n_head · hd]
-    let k = f32s(reg, OP, a.k_cache)?; // [n_ctx, n_kv · hd]
-    let v = f32s(reg, OP, a.v_cache)?; // [n_ctx, n_kv · hd]
+    let k = cache_f32s(reg, OP, a.k_cache)?; // [n_ctx, n_kv · hd]
+    let v = cache_f32s(reg, OP, a.v_cache)?; // [n_ctx, n_kv · hd]
     let hd = a.head_dim as usize;
     let (n_head, n_kv) = (q_width / hd, kv_width / hd);
     let group = n_head / n_kv;
@@ -47,4 +49,13 @@ pub(crate) fn run(
         }
     }
     store_f32(reg, OP, a.out, &out)
+}
+
+/// A cache's values as f32: an F32 cache as it is, an F16 cache widened (exactly).
+fn cache_f32s<'a>(reg: &'a Registry, op: &'static str, id: TensorId) -> Result<Cow<'a, [f32]>, ExecError> {
+    if reg.desc(id).map_err(mem(op))?.dtype != DType::F16 {
+        return f32s(reg, op, id);
+    }
+    let bytes = reg.get(id).map_err(mem(op))?.bytes();
+    Ok(Cow::Owned(bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()))
 }

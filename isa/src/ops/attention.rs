@@ -2,14 +2,15 @@
 
 use purebee_memory::TensorId;
 
+use crate::ops::kv_write::is_cache_dtype;
 use crate::ops::CacheRows;
 use crate::validate::Checker;
 use crate::IsaError;
 
 /// ATTENTION: causal grouped-query softmax attention of query rows over cached positions.
 ///
-/// - `q`: F32 `[n, n_head · head_dim]`; `k_cache`, `v_cache`: F32
-///   `[n_ctx, n_kv_head · head_dim]`; `out`: F32 `[n, n_head · head_dim]`, distinct from
+/// - `q`: F32 `[n, n_head · head_dim]`; `k_cache`, `v_cache`: F32 or F16 (each on its own)
+///   `[n_ctx, n_kv_head · head_dim]`, an F16 cache's values widened exactly; `out`: F32 `[n, n_head · head_dim]`, distinct from
 ///   the inputs. `n_kv_head` divides `n_head`.
 /// - Query row `r` is at position `p` of its sequence and attends to that sequence's
 ///   positions `t = 0 ..= p` (which earlier KV_WRITEs must have filled):
@@ -45,9 +46,9 @@ impl Attention {
     pub(crate) fn validate(&self, c: &Checker) -> Result<(), IsaError> {
         let q = c.f32("q", self.q)?;
         let (n, qw) = c.matrix("q", q)?;
-        let k = c.f32("k_cache", self.k_cache)?;
+        let k = c.dtype("k_cache", self.k_cache, is_cache_dtype, "F32 or F16")?;
         let (n_ctx, kw) = c.matrix("k_cache", k)?;
-        let v = c.f32("v_cache", self.v_cache)?;
+        let v = c.dtype("v_cache", self.v_cache, is_cache_dtype, "F32 or F16")?;
         c.shape("v_cache", v, &[n_ctx, kw])?;
         let out = c.f32("out", self.out)?;
         c.shape("out", out, &[n, qw])?;

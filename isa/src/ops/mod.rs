@@ -20,7 +20,7 @@ pub use bitlinear::{bitlinear_act_scale, bitlinear_quantize, BitLinear};
 pub use elementwise::{Binary, Unary};
 pub use embed::Embed;
 pub use grid::{Free, GridAlloc, GridWrite};
-pub use kv_write::KvWrite;
+pub use kv_write::{f16_bits, is_cache_dtype, KvWrite};
 pub use linear::{quantize_blocks, Linear, LinearActivations, LINEAR_ACT_BLOCK};
 pub use rms_norm::RmsNorm;
 pub use rope::{Rope, RopeStyle};
