@@ -140,7 +140,7 @@ fn bytes_read(reg: &Registry, i: &Instruction, attended: Option<u64>) -> u64 {
         // KV_WRITE's first operand is the cache it writes.
         Instruction::KvWrite(k) => tensor_bytes(reg, k.src),
         _ => {
-            let outputs = if matches!(i, Instruction::TopK(_)) { 2 } else { 1 };
+            let outputs = if let Instruction::TopK(t) = i { 2 + usize::from(t.lse.is_some()) } else { 1 };
             let mut inputs = i.operands().split_off(outputs);
             inputs.dedup();
             inputs.iter().map(|&id| tensor_bytes(reg, id)).sum()

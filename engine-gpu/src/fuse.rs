@@ -871,10 +871,10 @@ fn killed(i: &Instruction) -> Option<TensorId> {
 /// Whether an instruction reads `t` (in-place instructions read their output; KV_WRITE is
 /// taken to read its cache, which it writes only in part).
 /// Whether instruction `i` writes tensor `t` (or FREEs it): operands() lists the output
-/// first (a KV_WRITE's cache); TOP_K has two.
+/// first (a KV_WRITE's cache); TOP_K has two or three.
 fn writes(i: &Instruction, t: TensorId) -> bool {
     match i {
-        Instruction::TopK(k) => k.values == t || k.ids == t,
+        Instruction::TopK(k) => k.values == t || k.ids == t || k.lse == Some(t),
         other => other.operands().first() == Some(&t),
     }
 }

@@ -192,7 +192,7 @@ fuzz_target!(|input: Input| {
             }),
             Op::Argmax(o, x) => Instruction::Argmax(Argmax { out: t(*o), x: t(*x) }),
             Op::TopK { values, ids, x, k } => {
-                Instruction::TopK(TopK { values: t(*values), ids: t(*ids), x: t(*x), k: *k })
+                Instruction::TopK(TopK { values: t(*values), ids: t(*ids), x: t(*x), k: *k, lse: None })
             }
         };
         let _ = b.push(i);

@@ -79,7 +79,7 @@ impl Instruction {
         }
     }
 
-    /// Every tensor the instruction touches: the outputs first (TOP_K has two), then the
+    /// Every tensor the instruction touches: the outputs first (TOP_K has two or three), then the
     /// inputs.
     pub fn operands(&self) -> Vec<TensorId> {
         match self {
@@ -100,7 +100,7 @@ impl Instruction {
                 [i.out, i.q, i.k_cache, i.v_cache].into_iter().chain(i.rows.tensors()).collect()
             }
             Instruction::Argmax(i) => vec![i.out, i.x],
-            Instruction::TopK(i) => vec![i.values, i.ids, i.x],
+            Instruction::TopK(i) => [i.values, i.ids].into_iter().chain(i.lse).chain([i.x]).collect(),
         }
     }
 

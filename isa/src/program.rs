@@ -292,6 +292,17 @@ impl<'r> ProgramBuilder<'r> {
     }
     /// TOP_K.
     pub fn top_k(&mut self, values: TensorId, ids: TensorId, x: TensorId, k: u32) -> Result<(), IsaError> {
-        self.push(Instruction::TopK(TopK { values, ids, x, k }))
+        self.push(Instruction::TopK(TopK { values, ids, x, k, lse: None }))
+    }
+    /// TOP_K with each row's log-sum-exp in `lse` (F32 `[rows]` or `[rows, 1]`).
+    pub fn top_k_lse(
+        &mut self,
+        values: TensorId,
+        ids: TensorId,
+        lse: TensorId,
+        x: TensorId,
+        k: u32,
+    ) -> Result<(), IsaError> {
+        self.push(Instruction::TopK(TopK { values, ids, x, k, lse: Some(lse) }))
     }
 }

@@ -159,4 +159,16 @@ fn top_k_checks_k_its_output_shapes_and_aliasing() {
     let v = b.alloc("v", DType::F32, &[7]).expect("declare");
     let (vv, vi) = (b.alloc("vv", DType::F32, &[2]).expect("declare"), b.alloc("vi", DType::U32, &[1, 2]).expect("d"));
     b.top_k(vv, vi, v, 2).expect("a vector is one row");
+    // The log-sum-exp: F32, one element per row ([3] or [3, 1]), distinct from the others.
+    let lse = b.alloc("lse", DType::F32, &[3]).expect("declare");
+    let lse_col = b.alloc("lse_col", DType::F32, &[3, 1]).expect("declare");
+    b.top_k_lse(values, ids, lse, x, 4).expect("lse [3]");
+    b.top_k_lse(values, ids, lse_col, x, 4).expect("lse [3, 1]");
+    let short = b.alloc("lse_short", DType::F32, &[2]).expect("declare");
+    assert!(matches!(b.top_k_lse(values, ids, short, x, 4), Err(IsaError::Shape { op: "TOP_K", operand: "lse", .. })));
+    let lse_u = b.alloc("lse_u", DType::U32, &[3]).expect("declare");
+    assert!(matches!(b.top_k_lse(values, ids, lse_u, x, 4), Err(IsaError::DType { op: "TOP_K", operand: "lse", .. })));
+    assert!(matches!(b.top_k_lse(values, ids, values, x, 4), Err(IsaError::Shape { op: "TOP_K", operand: "lse", .. })));
+    let lse1 = b.alloc("lse1", DType::F32, &[1]).expect("declare");
+    b.top_k_lse(vv, vi, lse1, v, 2).expect("a vector's lse is [1]");
 }

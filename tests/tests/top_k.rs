@@ -195,3 +195,173 @@ fn top_k_with_k_one_is_argmax() {
     }
     on_cpu_levels(check_k1_is_argmax).unwrap_or_else(|e| panic!("{e}"));
 }
+
+// ---- TOP_K's log-sum-exp (the optional `lse` output) ----
+//
+// The tolerance, `(3·m + 64)·u + 2u·|lse|` with `u = 2⁻²⁴` and `m` the row's length, from
+// the error of an f32 log-sum-exp `M + ln S`, `S = Σ e^(dⱼ)`, `dⱼ = xⱼ − M ≤ 0`, `S ≥ 1`:
+//
+// - each `dⱼ` is rounded once (relative `u`, so `e^(dⱼ)` is off by a factor `e^(u·|dⱼ|)`,
+//   about `1 + u·|dⱼ|`), and each exponential is within WGSL's `3 + 2|dⱼ|` ulp (the CPU's
+//   `expf` within 1): a term's error is at most `(6 + 5|dⱼ|)·u·e^(dⱼ)`, and since
+//   `|d|·e^d ≤ 1/e` for `d ≤ 0`, all of them together at most `(6·S + 1.9·m)·u`;
+// - summing `m` non-negative terms in f32 in any order (sequential, tree, or the GPU's
+//   per-invocation runs merged in a tree with rescaling factors that are exponentials too)
+//   costs at most `(m − 1)·u·S` to first order, the rescalings at most another `(6 + 5·|Δ|)`
+//   ulps per merge, bounded in the same way;
+// - so `S` is within a relative `(6 + 1.9·m + m + c)·u ≤ (3·m + 32)·u` of itself (`S ≥ 1`),
+//   which is an absolute error of the same size on `ln S`; `ln` itself and the final
+//   `M + ln S` round once each (at most `u·|ln S| ≤ 12u`, since `S ≤ m < 2²⁰`, and
+//   `u·|lse|`), and the reference's own result is rounded to F32 once (`u·|lse|`).
+//
+// The CPU engine sums in f64, so only the first item applies to it; the bound is the GPU's.
+// NaN, ±∞ results (rows with NaN, with +∞, of only −∞) must be exactly the reference's.
+
+/// The allowed distance of an engine's log-sum-exp from the reference's, for rows of `m`.
+fn lse_tolerance(m: usize, want: f32) -> f64 {
+    let u = 2f64.powi(-24);
+    (3.0 * m as f64 + 64.0) * u + 2.0 * u * f64::from(want).abs()
+}
+
+/// Runs TOP_K with `lse` on both engines: ids and values exactly, `lse` within
+/// [`lse_tolerance`] (NaN and infinities exactly).
+fn check_top_k_lse<E: Engine>(pair: &mut Pair<E>, rows: usize, cols: usize, k: usize, x: &[f32]) -> Result<(), String> {
+    let inputs = [("x", matrix(rows, cols, x.to_vec()))];
+    let (got, want) = pair.run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
+        let values = b.alloc(&name("values"), DType::F32, &[rows, k])?;
+        let idx = b.alloc(&name("ids"), DType::U32, &[rows, k])?;
+        let lse = b.alloc(&name("lse"), DType::F32, &[rows])?;
+        b.top_k_lse(values, idx, lse, ids[0], k as u32)?;
+        Ok(vec![values, idx, lse])
+    });
+    let what = format!("{} engine: TOP_K with lse [{rows}, {cols}], k = {k}", pair.engine.name());
+    let bits = |b: &[u8]| f32s(b).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    if u32s(&got[1]) != u32s(&want[1]) || bits(&got[0]) != bits(&want[0]) {
+        return Err(format!("{what}: ids or values differ from the reference's"));
+    }
+    let (got_lse, want_lse) = (f32s(&got[2]), f32s(&want[2]));
+    if got_lse.len() != rows {
+        return Err(format!("{what}: {} lse values, expected {rows}", got_lse.len()));
+    }
+    for r in 0..rows {
+        let (g, w) = (got_lse[r], want_lse[r]);
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            g.is_finite() && (f64::from(g) - f64::from(w)).abs() <= lse_tolerance(cols, w)
+        };
+        if !ok {
+            return Err(format!(
+                "{what}: row {r}: lse {g} ({:#x}), reference {w} ({:#x}), difference {}, tolerance {}",
+                g.to_bits(),
+                w.to_bits(),
+                f64::from(g) - f64::from(w),
+                lse_tolerance(cols, w)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Logit-like elements: mostly moderate values, some far below (terms that vanish), ties,
+/// and now and then −∞.
+fn logit() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        8 => -30f32..30.0,
+        2 => (-4i32..=4).prop_map(|v| v as f32),
+        1 => -1e4f32..-100.0,
+        1 => Just(f32::NEG_INFINITY),
+    ]
+}
+
+/// A log-sum-exp case: 1..=5 rows of odd and even lengths; the last row may hold a NaN, a
+/// +∞, or be all −∞ (or all but one element).
+fn lse_case() -> impl Strategy<Value = (usize, usize, usize, Vec<f32>)> {
+    let cols = prop_oneof![3 => 1usize..=64, 2 => 65usize..=1500, 1 => prop::sample::select(vec![1023usize, 1025, 4097, 9001])];
+    (1usize..=5, cols, 0u8..6).prop_flat_map(|(rows, cols, special)| {
+        (Just(rows), Just(cols), 1usize..=cols.min(20), prop::collection::vec(logit(), rows * cols), 0..cols).prop_map(
+            move |(rows, cols, k, mut x, at)| {
+                let last = &mut x[(rows - 1) * cols..];
+                match special {
+                    0 => last[at] = f32::NAN,
+                    1 => last[at] = f32::INFINITY,
+                    2 => last.fill(f32::NEG_INFINITY),
+                    3 => {
+                        last.fill(f32::NEG_INFINITY);
+                        last[at] = -7.5;
+                    }
+                    _ => {}
+                }
+                (rows, cols, k, x)
+            },
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn top_k_lse_matches_the_reference((rows, cols, k, x) in lse_case()) {
+        if gpu_tests_skipped() { return Ok(()); }
+        check_top_k_lse(&mut pair(), rows, cols, k, &x).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn cpu_top_k_lse_matches_the_reference((rows, cols, k, x) in lse_case()) {
+        on_cpu_levels(|p| check_top_k_lse(p, rows, cols, k, &x)).map_err(TestCaseError::fail)?;
+    }
+}
+
+#[test]
+fn top_k_lse_over_vocabulary_rows() {
+    // Two rows of a 130k vocabulary (the second with one huge logit, so its sum is about 1),
+    // and a windowed GPU tensor (600 rows of 200: three row windows).
+    let cols = 130_001;
+    let mut x: Vec<f32> = pseudo_random(2 * cols, 11).iter().map(|v| v * 12.0).collect();
+    x[cols + 17] = 60.0;
+    if !gpu_tests_skipped() {
+        check_top_k_lse(&mut pair(), 2, cols, 40, &x).unwrap_or_else(|e| panic!("{e}"));
+    }
+    on_cpu_levels(|p| check_top_k_lse(p, 2, cols, 40, &x)).unwrap_or_else(|e| panic!("{e}"));
+    let (rows, cols) = (600, 200);
+    let x: Vec<f32> = pseudo_random(rows * cols, 12).iter().map(|v| v * 20.0).collect();
+    if !gpu_tests_skipped() {
+        check_top_k_lse(&mut windowed_pair(), rows, cols, 5, &x).unwrap_or_else(|e| panic!("{e}"));
+    }
+    on_cpu_levels(|p| check_top_k_lse(p, rows, cols, 5, &x)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// NaN wins over +∞, +∞ over everything else, all −∞ is −∞; `[0, 0, −∞, −∞]` is ln 2.
+fn check_special_lse<E: Engine>(p: &mut Pair<E>) -> Result<(), String> {
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let x = [[1.0, nan, inf, 2.0], [-inf, inf, 3.0, -inf], [-inf, -inf, -inf, -inf], [0.0, 0.0, -inf, -inf]].concat();
+    let inputs = [("x", matrix(4, 4, x))];
+    let (got, want) = p.run(&inputs, &[], |b: &mut ProgramBuilder, name, ids| {
+        let (v, i) = (b.alloc(&name("v"), DType::F32, &[4, 2])?, b.alloc(&name("i"), DType::U32, &[4, 2])?);
+        let lse = b.alloc(&name("lse"), DType::F32, &[4, 1])?;
+        b.top_k_lse(v, i, lse, ids[0], 2)?;
+        Ok(vec![lse])
+    });
+    for (engine, out) in [(p.engine.name(), &got), ("ref", &want)] {
+        let lse = f32s(&out[0]);
+        let ok = lse[0].to_bits() == 0x7fc0_0000
+            && lse[1] == inf
+            && lse[2] == -inf
+            && (lse[3] - std::f32::consts::LN_2).abs() <= 1e-6;
+        if !ok {
+            return Err(format!("{engine} engine: lse {lse:?}, expected [NaN, inf, -inf, ln 2]"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn top_k_lse_special_rows_are_exact() {
+    if !gpu_tests_skipped() {
+        check_special_lse(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+    }
+    on_cpu_levels(check_special_lse).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -23,30 +23,74 @@ pub(crate) fn run(e: &mut Exec, t: &TopK) -> Result<(), ExecError> {
     let (rows, m) = dims(e.reg, OP, t.x)?;
     let k = t.k as usize;
     let x = e.store.f32s(e.reg, OP, t.x)?; // [rows, m]
-    let mut keys = vec![0u64; rows * k]; // [rows, k], each row in rank order
-    let row_keys = |r: usize, out: &mut [u64]| top_keys(&x[r * m..(r + 1) * m], out);
+                                           // [rows, k (+ 1)]: each row's keys in rank order, then (with `lse`) its log-sum-exp's bits.
+    let width = k + usize::from(t.lse.is_some());
+    let mut keys = vec![0u64; rows * width];
+    let row_keys = |r: usize, out: &mut [u64]| {
+        let row = &x[r * m..(r + 1) * m];
+        top_keys(row, &mut out[..k]);
+        if width > k {
+            out[k] = u64::from(log_sum_exp(row).to_bits());
+        }
+    };
     if rows > 1 && rows * m >= PARALLEL_ELEMENTS {
-        e.pool.for_each_chunk(&mut keys, k, &|r, out| row_keys(r, out));
+        e.pool.for_each_chunk(&mut keys, width, &|r, out| row_keys(r, out));
     } else {
-        for (r, out) in keys.chunks_exact_mut(k).enumerate() {
+        for (r, out) in keys.chunks_exact_mut(width).enumerate() {
             row_keys(r, out);
         }
     }
+    let row_of = |r: usize| &keys[r * width..r * width + k];
     let reg = e.reg;
     e.store.with_output(reg, OP, t.values, |store, words| {
         let x = store.f32s(reg, OP, t.x)?;
         let values = f32s_mut(words, rows * k);
-        for (j, (v, &key)) in values.iter_mut().zip(&keys).enumerate() {
-            *v = x[(j / k) * m + index_of(key)];
+        for (r, out) in values.chunks_exact_mut(k).enumerate() {
+            for (v, &key) in out.iter_mut().zip(row_of(r)) {
+                *v = x[r * m + index_of(key)];
+            }
         }
         Ok(())
     })?;
     e.store.with_output(reg, OP, t.ids, |_, words| {
-        for (id, &key) in words.iter_mut().zip(&keys) {
-            *id = index_of(key) as u32;
+        for (r, out) in words.chunks_exact_mut(k).enumerate() {
+            for (id, &key) in out.iter_mut().zip(row_of(r)) {
+                *id = index_of(key) as u32;
+            }
         }
         Ok(())
-    })
+    })?;
+    if let Some(lse) = t.lse {
+        e.store.with_output(reg, OP, lse, |_, words| {
+            for (w, r) in words.iter_mut().zip(0..rows) {
+                *w = keys[r * width + k] as u32;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// The row's log-sum-exp (TOP_K's rustdoc): NaN, `+∞` and all-`−∞` rows exactly; otherwise
+/// each `e^(x − M)` in f32 (`x − M` rounded once, `expf` within an ulp) summed in f64 in index
+/// order, then `M + ln` of the sum in f64, rounded once. Within the ISA's bound of the
+/// reference (which computes the exponentials in f64): the f32 subtraction and exponential
+/// are the only roundings before the sum.
+fn log_sum_exp(row: &[f32]) -> f32 {
+    let mut max = f32::NEG_INFINITY;
+    let mut nan = false;
+    for &v in row {
+        nan |= v.is_nan();
+        max = max.max(v);
+    }
+    if nan {
+        return f32::NAN;
+    }
+    if max == f32::INFINITY || max == f32::NEG_INFINITY {
+        return max;
+    }
+    let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();
+    (f64::from(max) + sum.ln()) as f32
 }
 
 /// The order-preserving key of element `i` of value `v`: the high word orders values (NaN

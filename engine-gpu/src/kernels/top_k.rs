@@ -17,6 +17,10 @@
 //! levels dispatched in turn (`values` and `ids` are bound whole and written at the window's
 //! rows).
 //!
+//! With `lse`, one more dispatch per window (`lse` in `top_k.wgsl`): one workgroup per row
+//! folds its elements into per-invocation (max, Σ e^(x − max)) pairs, merged in a fixed tree,
+//! so a row's bits depend on its length alone; it reads the row once more.
+//!
 //! Bytes per call, for `rows × m`: reads `4·rows·m` plus about `16·rows·k·⌈m/4096⌉` of
 //! candidates, writes `8·rows·k` (plus the candidates).
 
@@ -107,6 +111,26 @@ pub(crate) fn record(ctx: &RecordCtx, t: &TopK) -> Result<Vec<KernelCall>, GpuEr
             }
             (count, first) = (out_count, false);
             std::mem::swap(&mut from, &mut to);
+        }
+        if let Some(lse) = t.lse {
+            let params = Params {
+                rows: n as u32,
+                row0: w.start as u32,
+                m: m32,
+                count: m32,
+                k: t.k,
+                out_count: 0,
+                slices: 1,
+                _pad: 0,
+            };
+            // The workgroup's size depends on the row's length alone (a row's bits too).
+            let wg = if m <= 1024 { 64 } else { 256 };
+            calls.push(KernelCall {
+                key: PipelineKey { shader: Shader::TopK, entry: "lse", constants: vec![("WG", wg)] },
+                params: bytemuck::bytes_of(&params).to_vec(),
+                storage: vec![(1, x), (6, Storage::Tensor(lse, 0))],
+                workgroups: ctx.grid_1d(n, 1),
+            });
         }
     }
     Ok(calls)

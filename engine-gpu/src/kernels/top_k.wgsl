@@ -135,3 +135,85 @@ fn top_k(
         workgroupBarrier();
     }
 }
+
+// The `lse` entry: each row's log-sum-exp (TOP_K's optional output), one workgroup per row.
+// Invocation i folds elements i, i + WG, i + 2·WG, ... into a running (max, Σ e^(x − max))
+// (online: a new maximum rescales the sum); the WG partial pairs are then merged in a fixed
+// tree in workgroup memory, so a row's bits depend only on its length. NaN and +inf are
+// flags (bit 0, bit 1), −inf elements add nothing; a sum of 0 means "no finite element"
+// (a non-empty sum is at least 1: its largest term is e^0). The result is NaN, +inf, −inf
+// (no finite element) or max + log(sum), as TOP_K's rustdoc states, as bits.
+@group(0) @binding(6) var<storage, read_write> lse_out: array<u32>;
+
+var<workgroup> lse_m: array<f32, 256>;
+var<workgroup> lse_s: array<f32, 256>;
+var<workgroup> lse_f: array<u32, 256>;
+
+// Merges (m2, s2) into (m1, s1); a sum of 0 is empty.
+fn lse_merge(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    if (b.y == 0.0) {
+        return a;
+    }
+    if (a.y == 0.0) {
+        return b;
+    }
+    let m = max(a.x, b.x);
+    return vec2<f32>(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
+}
+
+@compute @workgroup_size(WG)
+fn lse(
+    @builtin(local_invocation_index) lidx: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let row = wid.y * nwg.x + wid.x;
+    // Uniform per workgroup: every invocation of a workgroup returns, or none does.
+    if (row >= p.rows) {
+        return;
+    }
+    var acc = vec2<f32>(0.0, 0.0);
+    var flags = 0u;
+    for (var i = lidx; i < p.m; i = i + WG) {
+        let bits = x[row * p.m + i];
+        if ((bits & 0x7fffffffu) > 0x7f800000u) {
+            flags = flags | 1u;
+        } else if (bits == 0x7f800000u) {
+            flags = flags | 2u;
+        } else if (bits != 0xff800000u) {
+            let v = bitcast<f32>(bits);
+            if (acc.y == 0.0) {
+                acc = vec2<f32>(v, 1.0);
+            } else if (v > acc.x) {
+                acc = vec2<f32>(v, acc.y * exp(acc.x - v) + 1.0);
+            } else {
+                acc.y = acc.y + exp(v - acc.x);
+            }
+        }
+    }
+    lse_m[lidx] = acc.x;
+    lse_s[lidx] = acc.y;
+    lse_f[lidx] = flags;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (lidx < s) {
+            let merged = lse_merge(vec2<f32>(lse_m[lidx], lse_s[lidx]), vec2<f32>(lse_m[lidx + s], lse_s[lidx + s]));
+            lse_m[lidx] = merged.x;
+            lse_s[lidx] = merged.y;
+            lse_f[lidx] = lse_f[lidx] | lse_f[lidx + s];
+        }
+        workgroupBarrier();
+    }
+    if (lidx == 0u) {
+        let f = lse_f[0];
+        var out = 0xff800000u;
+        if ((f & 1u) != 0u) {
+            out = 0x7fc00000u;
+        } else if ((f & 2u) != 0u) {
+            out = 0x7f800000u;
+        } else if (lse_s[0] != 0.0) {
+            out = bitcast<u32>(lse_m[0] + log(lse_s[0]));
+        }
+        lse_out[p.row0 + row] = out;
+    }
+}

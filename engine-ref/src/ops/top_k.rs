@@ -16,16 +16,39 @@ pub(crate) fn run(reg: &mut Registry, t: &TopK) -> Result<(), ExecError> {
     let x = f32s(reg, OP, t.x)?; // [rows, m]
     let mut values = Vec::with_capacity(rows * k); // [rows, k]
     let mut ids = Vec::with_capacity(rows * k); // [rows, k]
+    let mut lse = Vec::with_capacity(rows); // [rows]
     for r in 0..rows {
         let row = &x[r * m..(r + 1) * m];
         for i in top_k(row, k) {
             values.push(row[i]);
             ids.push(i as u32);
         }
+        if t.lse.is_some() {
+            lse.push(log_sum_exp(row));
+        }
     }
     drop(x);
     store_f32(reg, OP, t.values, &values)?;
-    store_u32(reg, OP, t.ids, &ids)
+    store_u32(reg, OP, t.ids, &ids)?;
+    match t.lse {
+        Some(out) => store_f32(reg, OP, out, &lse),
+        None => Ok(()),
+    }
+}
+
+/// The row's log-sum-exp as TOP_K's rustdoc states it: NaN, then `+∞`, then an all-`−∞` row
+/// first; otherwise `M + ln Σ e^(x − M)` in f64 (terms summed in index order), rounded once.
+pub(crate) fn log_sum_exp(row: &[f32]) -> f32 {
+    if row.iter().any(|v| v.is_nan()) {
+        return f32::NAN;
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::INFINITY || max == f32::NEG_INFINITY {
+        return max;
+    }
+    let max = f64::from(max);
+    let sum: f64 = row.iter().map(|&v| (f64::from(v) - max).exp()).sum();
+    (max + sum.ln()) as f32
 }
 
 /// The indices of the first `k` elements of `row` in rank order.

@@ -25,6 +25,25 @@ use crate::IsaError;
 /// the trailing slots, in index order. TOP_K with `k = 1` gives ARGMAX's index (the lowest
 /// index of the maximum; 0 for a row of only NaN). A selection, no arithmetic: every engine
 /// gives the same bits.
+///
+/// **Log-sum-exp** (optional output `lse`: F32 with one element per row, `[n]` or `[n, 1]`;
+/// distinct from the other three): `lse[r] = ln Σ_j e^(x[r, j])` over the whole row, so that
+/// `values[r, j] − lse[r]` is the log-probability of `ids[r, j]` under the row's softmax.
+/// Exactly:
+///
+/// 1. a row holding a NaN gives NaN (any NaN; engines write the quiet NaN `0x7fc0_0000`);
+/// 2. otherwise a row holding `+∞` gives `+∞`;
+/// 3. otherwise a row of only `−∞` gives `−∞` (the logarithm of an empty sum);
+/// 4. otherwise, with `M` the row's largest value (finite), `lse[r] = M + ln Σ_j e^(x[r, j] − M)`
+///    (max-subtracted, so no term overflows: each is in `[0, 1]`, the largest is 1, `−∞`
+///    elements add 0), rounded to F32 (a result beyond F32's range is `+∞`).
+///
+/// The reference engine computes case 4 in f64 from the F32 inputs and rounds once. Other
+/// engines accumulate in f32 or wider, in an order fixed by the row's length alone (a row's
+/// bits never depend on the other rows); they are checked against the reference within
+/// `(3·m + 64)·2⁻²⁴ + 2⁻²³·|lse|` (`tests/tests/top_k.rs` gives the derivation: the
+/// exponentials' and the sum's rounding errors, relative to a sum ≥ 1, become an absolute
+/// error on its logarithm). Cases 1 to 3 are exact on every engine.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TopK {
     /// The chosen values, F32 `[n, k]`.
@@ -35,6 +54,8 @@ pub struct TopK {
     pub x: TensorId,
     /// How many elements of each row to keep, `1 ≤ k ≤ m`.
     pub k: u32,
+    /// Each row's log-sum-exp, F32 `[n]` or `[n, 1]`, when wanted.
+    pub lse: Option<TensorId>,
 }
 
 impl TopK {
@@ -53,6 +74,19 @@ impl TopK {
             }
         }
         c.distinct(self.values, &[self.x, self.ids])?;
-        c.distinct(self.ids, &[self.x])
+        c.distinct(self.ids, &[self.x])?;
+        if let Some(lse) = self.lse {
+            let d = c.f32("lse", lse)?;
+            let fits = match d.shape.dims() {
+                [n] => *n == rows,
+                [n, 1] => *n == rows,
+                _ => false,
+            };
+            if !fits {
+                return Err(c.shape_error("lse", d, format!("one element per row of x ([{rows}] or [{rows}, 1])")));
+            }
+            c.distinct(lse, &[self.x, self.values, self.ids])?;
+        }
+        Ok(())
     }
 }
