@@ -33,6 +33,13 @@
 //! positions in index order, split over parts of 256 positions merged as above for one row
 //! over a long context; in prefill, Σ w·v as eight partial sums over the positions, then
 //! one division), which the bound's γ-style terms cover for the contexts tested here.
+//!
+//! F16 caches (k, v or both, a quarter of the random cases each, and pinned cases): every
+//! engine reads the same f16 values widened exactly to f32, so the problem is the F32 one
+//! over those values (the case's `k` and `v` are rounded to f16 before the bound reads
+//! them), and the same bound holds. The two-layer test writes its F16 caches with
+//! KV_WRITE, whose rounding is bit-exact on every engine, so it checks the caches
+//! equal first, as for F32.
 
 use proptest::prelude::*;
 use purebee_isa::ops::Attention;
@@ -61,14 +68,29 @@ struct Case {
     /// `[n_ctx, n_kv·head_dim]` each; rows no run reads are NaN.
     k: Vec<f32>,
     v: Vec<f32>,
+    /// The key and value caches are F16 (`k`, `v` then hold f16 values).
+    f16: (bool, bool),
 }
 
 impl Case {
     fn shape(&self) -> String {
         format!(
-            "n={} n_head={} n_kv={} head_dim={} n_ctx={} (pos param: {})",
-            self.n, self.n_head, self.n_kv, self.head_dim, self.n_ctx, self.pos_param
+            "n={} n_head={} n_kv={} head_dim={} n_ctx={} (pos param: {}, f16 k/v caches: {:?})",
+            self.n, self.n_head, self.n_kv, self.head_dim, self.n_ctx, self.pos_param, self.f16
         )
+    }
+
+    /// The case with F16 key (`k`) and value (`v`) caches: their values rounded to f16.
+    fn in_f16(mut self, k: bool, v: bool) -> Case {
+        let round = |x: &mut Vec<f32>| x.iter_mut().for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+        if k {
+            round(&mut self.k);
+        }
+        if v {
+            round(&mut self.v);
+        }
+        self.f16 = (k, v);
+        self
     }
 
     /// Fills cache rows at or past `pos + n` for every position with NaN.
@@ -136,11 +158,9 @@ fn check<E: Engine>(pair: &mut Pair<E>, c: &Case) -> Result<(), String> {
     let matrix = |rows, cols, v: &Vec<f32>| {
         HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), v.clone()).expect("sizes agree")
     };
-    let inputs = [
-        ("q", matrix(c.n, q_width, &c.q)),
-        ("k", matrix(c.n_ctx, kv_width, &c.k)),
-        ("v", matrix(c.n_ctx, kv_width, &c.v)),
-    ];
+    let cache =
+        |v: &Vec<f32>, f16: bool| if f16 { matrix_f16(c.n_ctx, kv_width, v) } else { matrix(c.n_ctx, kv_width, v) };
+    let inputs = [("q", matrix(c.n, q_width, &c.q)), ("k", cache(&c.k, c.f16.0)), ("v", cache(&c.v, c.f16.1))];
     let positions: Vec<u32> = if c.pos_param { c.positions.clone() } else { c.positions[..1].to_vec() };
     let runs: Vec<Vec<ParamValue>> =
         positions.iter().map(|&p| if c.pos_param { vec![ParamValue::U32(p)] } else { vec![] }).collect();
@@ -164,6 +184,17 @@ fn check<E: Engine>(pair: &mut Pair<E>, c: &Case) -> Result<(), String> {
     Ok(())
 }
 
+/// An F16 `[rows, cols]` matrix of `values` rounded to f16.
+fn matrix_f16(rows: usize, cols: usize, values: &[f32]) -> HostTensor {
+    let bytes: Vec<u8> = values.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+    HostTensor::from_bytes("x", DType::F16, Shape::matrix(rows, cols).expect("shape"), &bytes).expect("sizes agree")
+}
+
+/// F16 bytes widened to f32.
+fn widen(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+}
+
 /// The case on the GPU engine.
 fn check_gpu(c: &Case) -> Result<(), String> {
     check(&mut pair(), c)
@@ -181,12 +212,12 @@ fn head_dim() -> impl Strategy<Value = usize> {
 
 /// A case of `n` rows from `rows`, with `spare` cache rows past the last one from `spare`.
 fn case(rows: std::ops::RangeInclusive<usize>, spare: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = Case> {
-    (rows, 1usize..=3, 1usize..=4, head_dim(), spare, any::<bool>())
-        .prop_flat_map(|(n, n_kv, group, head_dim, spare, pos_param)| {
+    (rows, 1usize..=3, 1usize..=4, head_dim(), spare, any::<bool>(), 0u8..4)
+        .prop_flat_map(|(n, n_kv, group, head_dim, spare, pos_param, f16)| {
             let n_ctx = n + spare;
             let (q_len, kv_len) = (n * n_kv * group * head_dim, n_ctx * n_kv * head_dim);
             (
-                Just((n, n_kv, group, head_dim, n_ctx, pos_param)),
+                Just((n, n_kv, group, head_dim, n_ctx, pos_param, f16)),
                 // Positions anywhere, and one at the end of the cache.
                 prop::collection::vec(0..=(spare as u32), 1..=2).prop_map(move |mut v| {
                     v.push(spare as u32);
@@ -197,8 +228,10 @@ fn case(rows: std::ops::RangeInclusive<usize>, spare: std::ops::RangeInclusive<u
                 prop::collection::vec(-4.0f32..4.0, kv_len),
             )
         })
-        .prop_map(|((n, n_kv, group, head_dim, n_ctx, pos_param), positions, q, k, v)| {
-            Case { n, n_head: n_kv * group, n_kv, head_dim, n_ctx, pos_param, positions, q, k, v }.poison()
+        .prop_map(|((n, n_kv, group, head_dim, n_ctx, pos_param, f16), positions, q, k, v)| {
+            Case { n, n_head: n_kv * group, n_kv, head_dim, n_ctx, pos_param, positions, q, k, v, f16: (false, false) }
+                .poison()
+                .in_f16(f16 & 1 == 1, f16 & 2 == 2)
         })
 }
 
@@ -255,6 +288,7 @@ fn pinned(n: usize, n_head: usize, n_kv: usize, head_dim: usize, n_ctx: usize, p
         q: values(q_len, 1, 2.0),
         k: values(kv_len, 2, 2.0),
         v: values(kv_len, 3, 4.0),
+        f16: (false, false),
     }
     .poison()
 }
@@ -303,6 +337,29 @@ fn smollm2_decode_with_three_query_heads_per_kv_head() {
 #[test]
 fn smollm2_decode_with_three_query_heads_per_kv_head_on_the_cpu() {
     check_cpu(&smollm2_decode()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// SmolLM2's decode and the 512-row prefill over F16 caches (the runtime's default), and
+/// one with only the values in F16.
+fn in_f16() -> [Case; 3] {
+    [smollm2_decode().in_f16(true, true), prefill_of_512().in_f16(true, true), bitnet_2b_decode().in_f16(false, true)]
+}
+
+#[test]
+fn f16_caches_match() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for c in in_f16() {
+        check_gpu(&c).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn f16_caches_match_on_the_cpu() {
+    for c in in_f16() {
+        check_cpu(&c).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// Enough (row, head) pairs that the positions are not split; rows at 0 ..= 511, then at
@@ -412,7 +469,8 @@ fn one_head_of_one_element_on_the_cpu() {
 /// that ran before its KV_WRITE finished, or read past it, would show. The two layers'
 /// shapes differ, so (on the GPU) their split-K partials ask for different scratch sizes
 /// and share the larger buffer.
-fn chunked_prefill_of_two_layers<E: Engine>(pair: &mut Pair<E>) -> Result<(), String> {
+fn chunked_prefill_of_two_layers<E: Engine>(pair: &mut Pair<E>, cache_dtype: DType) -> Result<(), String> {
+    let f16 = cache_dtype == DType::F16;
     let (n, n_ctx) = (4, 200);
     let layers = [(4usize, 2usize, 48usize), (6, 3, 100)]; // (n_head, n_kv, head_dim)
     let mut inputs = Vec::new();
@@ -424,8 +482,10 @@ fn chunked_prefill_of_two_layers<E: Engine>(pair: &mut Pair<E>) -> Result<(), St
         inputs.push((format!("q{l}"), matrix(n, n_head * hd, values(n * n_head * hd, seed + 1, 2.0))));
         inputs.push((format!("k{l}"), matrix(n, n_kv * hd, values(n * n_kv * hd, seed + 2, 2.0))));
         inputs.push((format!("v{l}"), matrix(n, n_kv * hd, values(n * n_kv * hd, seed + 3, 4.0))));
-        inputs.push((format!("kc{l}"), matrix(n_ctx, n_kv * hd, vec![f32::NAN; n_ctx * n_kv * hd])));
-        inputs.push((format!("vc{l}"), matrix(n_ctx, n_kv * hd, vec![f32::NAN; n_ctx * n_kv * hd])));
+        let nan = vec![f32::NAN; n_ctx * n_kv * hd];
+        let cache = if f16 { matrix_f16(n_ctx, n_kv * hd, &nan) } else { matrix(n_ctx, n_kv * hd, nan) };
+        inputs.push((format!("kc{l}"), cache.clone()));
+        inputs.push((format!("vc{l}"), cache));
     }
     let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(name, t)| (name.as_str(), t.clone())).collect();
     let positions: Vec<u32> = (0..12).map(|i| 4 * i).collect();
@@ -463,8 +523,9 @@ fn chunked_prefill_of_two_layers<E: Engine>(pair: &mut Pair<E>) -> Result<(), St
                 pos_param: true,
                 positions: vec![positions[run]],
                 q: f32s(inputs[5 * l].1.bytes()),
-                k: f32s(&reference[3 * l + 1]),
-                v: f32s(&reference[3 * l + 2]),
+                k: if f16 { widen(&reference[3 * l + 1]) } else { f32s(&reference[3 * l + 1]) },
+                v: if f16 { widen(&reference[3 * l + 2]) } else { f32s(&reference[3 * l + 2]) },
+                f16: (f16, f16),
             };
             compare(&c, positions[run], &f32s(&got[3 * l]), &f32s(&reference[3 * l]))
                 .map_err(|e| format!("{engine} engine: run {run}, layer {l}: {e}"))?;
@@ -478,12 +539,16 @@ fn chunked_prefill_of_two_layers_in_one_program() {
     if gpu_tests_skipped() {
         return;
     }
-    chunked_prefill_of_two_layers(&mut pair()).unwrap_or_else(|e| panic!("{e}"));
+    for dtype in [DType::F32, DType::F16] {
+        chunked_prefill_of_two_layers(&mut pair(), dtype).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 #[test]
 fn chunked_prefill_of_two_layers_in_one_program_on_the_cpu() {
-    on_cpu_levels(chunked_prefill_of_two_layers).unwrap_or_else(|e| panic!("{e}"));
+    for dtype in [DType::F32, DType::F16] {
+        on_cpu_levels(|p| chunked_prefill_of_two_layers(p, dtype)).unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 /// A head too wide for the GPU kernel's workgroup memory (4096 elements) is a typed error

@@ -11,7 +11,8 @@
 //!
 //! Tolerances:
 //! - KV_WRITE is a copy: the whole cache must be the reference's bit for bit (random 32-bit
-//!   patterns, NaN payloads included).
+//!   patterns, NaN payloads included); into an F16 cache (every case is run both ways) it
+//!   rounds, bit-exact too.
 //! - ROPE: `tests/tests/rope.rs`'s bound on the GPU (the same kernel code, with the row's
 //!   own position as the angle's multiplier), bit for bit on the CPU.
 //! - ATTENTION: `tests/tests/attention.rs`'s bound, unchanged: the engines accumulate the same
@@ -22,7 +23,9 @@
 //!   per 256 positions: with pages of one position, one per position), so that the bound's
 //!   per-chunk terms (a rescaling and two roundings each) cover the longest chain either
 //!   engine has. The GPU's paged chain is no longer than its consecutive one (tiles of 32
-//!   within a split, at most 64 splits merged).
+//!   within a split, at most 64 splits merged). Half the cases (by seed, the invariance
+//!   cases too) have F16 caches: every engine reads the same f16 values widened exactly,
+//!   so the case's `k` and `v` hold those values and the same bound holds.
 //!
 //! Batch invariance (the ISA's promise for paged ATTENTION): on each engine, every row's
 //! output in a multi-row instruction must be bit for bit the same as the row computed alone
@@ -168,6 +171,11 @@ fn f32_matrix(rows: usize, cols: usize, values: Vec<f32>) -> HostTensor {
     HostTensor::from_f32("x", Shape::matrix(rows, cols).expect("shape"), values).expect("sizes agree")
 }
 
+fn f16_matrix(rows: usize, cols: usize, halves: Vec<u16>) -> HostTensor {
+    let bytes: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
+    HostTensor::from_bytes("x", DType::F16, Shape::matrix(rows, cols).expect("shape"), &bytes).expect("sizes agree")
+}
+
 fn u32_tensor((values, shape): (Vec<u32>, Shape)) -> HostTensor {
     HostTensor::from_u32("x", shape, values).expect("sizes agree")
 }
@@ -195,6 +203,8 @@ struct AttnCase {
     /// `[n_ctx, n_kv·head_dim]` each; rows no row attends to are NaN.
     k: Vec<f32>,
     v: Vec<f32>,
+    /// Both caches are F16 (`k` and `v` hold f16 values).
+    f16: bool,
 }
 
 impl AttnCase {
@@ -211,11 +221,28 @@ impl AttnCase {
                 v[i] = 4.0 * rng.symmetric_f32();
             }
         }
-        AttnCase { rows, n_head, n_kv, head_dim, q, k, v }
+        let f16 = seed & 2 != 0;
+        if f16 {
+            for x in k.iter_mut().chain(v.iter_mut()) {
+                *x = half::f16::from_f32(*x).to_f32();
+            }
+        }
+        AttnCase { rows, n_head, n_kv, head_dim, q, k, v, f16 }
     }
 
     fn describe(&self) -> String {
-        format!("n_head={} n_kv={} head_dim={} {}", self.n_head, self.n_kv, self.head_dim, self.rows.describe())
+        let (nh, nkv, hd, f16) = (self.n_head, self.n_kv, self.head_dim, self.f16);
+        format!("n_head={nh} n_kv={nkv} head_dim={hd} f16 caches: {f16} {}", self.rows.describe())
+    }
+
+    /// A cache tensor of the case's dtype.
+    fn cache(&self, values: &[f32]) -> HostTensor {
+        let kv_width = self.n_kv * self.head_dim;
+        if self.f16 {
+            f16_matrix(self.rows.n_ctx, kv_width, values.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect())
+        } else {
+            f32_matrix(self.rows.n_ctx, kv_width, values.to_vec())
+        }
     }
 
     fn q_width(&self) -> usize {
@@ -234,12 +261,12 @@ impl AttnCase {
 
     /// The inputs: q, the caches, then the three tables.
     fn inputs(&self) -> Vec<(&'static str, HostTensor)> {
-        let (n, kv_width) = (self.rows.n(), self.n_kv * self.head_dim);
+        let n = self.rows.n();
         let [pos, seq, pages] = self.rows.tables().map(u32_tensor);
         vec![
             ("q", f32_matrix(n, self.q_width(), self.q.clone())),
-            ("k", f32_matrix(self.rows.n_ctx, kv_width, self.k.clone())),
-            ("v", f32_matrix(self.rows.n_ctx, kv_width, self.v.clone())),
+            ("k", self.cache(&self.k)),
+            ("v", self.cache(&self.v)),
             ("pos", pos),
             ("seq", seq),
             ("pages", pages),
@@ -582,27 +609,41 @@ fn a_layer_of_paged_rows_runs_unfused_on_the_gpu() {
 // ---------------------------------------------------------------------------------------
 // KV_WRITE
 
+/// Both cache dtypes.
 fn check_kv_write<E: Engine>(pair: &mut Pair<E>, rows: &Rows, w: usize, seed: u64) -> Result<(), String> {
+    check_kv_write_into(pair, rows, w, seed, DType::F32)?;
+    check_kv_write_into(pair, rows, w, seed, DType::F16)
+}
+
+fn check_kv_write_into<E: Engine>(
+    pair: &mut Pair<E>,
+    rows: &Rows,
+    w: usize,
+    seed: u64,
+    dtype: DType,
+) -> Result<(), String> {
     let mut rng = SplitMix64(seed);
     let bits = |len: usize, rng: &mut SplitMix64| (0..len).map(|_| f32::from_bits(rng.bits32())).collect::<Vec<_>>();
     let src = bits(rows.n() * w, &mut rng);
     let cache = bits(rows.n_ctx * w, &mut rng);
+    let cache = match dtype {
+        DType::F16 => f16_matrix(rows.n_ctx, w, cache.iter().map(|x| x.to_bits() as u16).collect()),
+        _ => f32_matrix(rows.n_ctx, w, cache),
+    };
     let [pos, seq, pages] = rows.tables().map(u32_tensor);
-    let inputs = [
-        ("src", f32_matrix(rows.n(), w, src)),
-        ("cache", f32_matrix(rows.n_ctx, w, cache)),
-        ("pos", pos),
-        ("seq", seq),
-        ("pages", pages),
-    ];
+    let inputs =
+        [("src", f32_matrix(rows.n(), w, src)), ("cache", cache), ("pos", pos), ("seq", seq), ("pages", pages)];
     let (got, reference) = pair.run(&inputs, &[], |b: &mut ProgramBuilder, _, ids| {
         b.kv_write(ids[1], ids[0], paged(&ids[2..5], rows.page_size))?;
         Ok(vec![ids[1]])
     });
-    let (got, want) = (u32s(&got[0]), u32s(&reference[0]));
+    let (got, want) = match dtype {
+        DType::F16 => (halves(&got[0]), halves(&reference[0])),
+        _ => (u32s(&got[0]), u32s(&reference[0])),
+    };
     if let Some(i) = (0..want.len().max(got.len())).find(|&i| got.get(i) != want.get(i)) {
         return Err(format!(
-            "{} engine: w={w} {}: cache word {i} (row {}, col {}): got {:#010x?}, expected {:#010x?}",
+            "{} engine: {dtype} cache w={w} {}: cache element {i} (row {}, col {}): got {:#010x?}, expected {:#010x?}",
             pair.engine.name(),
             rows.describe(),
             i / w,
@@ -612,6 +653,11 @@ fn check_kv_write<E: Engine>(pair: &mut Pair<E>, rows: &Rows, w: usize, seed: u6
         ));
     }
     Ok(())
+}
+
+/// F16 bytes as their bits.
+fn halves(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as u32).collect()
 }
 
 fn kv_write_case() -> impl Strategy<Value = (Rows, usize, u64)> {
