@@ -115,6 +115,76 @@ pub struct Generator {
     full_rows: bool,
     /// `last`'s token as a slice, for [`Generator::next_rows`].
     last_token: [u32; 1],
+    /// How many top log-probabilities each step reports, when log-probabilities are wanted.
+    logprobs: Option<usize>,
+    /// The log-probabilities of the last sampled token's step.
+    last_logprobs: Option<TokenLogprobs>,
+}
+
+/// The log-probabilities of one generated token under the model's raw distribution (the
+/// softmax of the raw logits, before penalties and temperature, as OpenAI's API reports
+/// them): `logit − ln Σ e^logits`, where the log-sum-exp comes from TOP_K's `lse` on the
+/// engine (or the host, for a step that reads the whole row anyway).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// The chosen token.
+    pub token: u32,
+    /// Its log-probability (at most 0; NaN when the row held NaN).
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities, in TOP_K's rank order (larger
+    /// first, ties by lower id): as many as asked ([`Generator::logprobs`]).
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprobs {
+    /// From a row's candidates in rank order (`values[j]` is the logit of `ids[j]`) and its
+    /// log-sum-exp: `top` of them, and `token`'s (which must be among them; else NaN).
+    pub fn from_candidates(token: u32, values: &[f32], ids: &[u32], lse: f32, top: usize) -> TokenLogprobs {
+        let logprob = ids.iter().position(|&t| t == token).map_or(f32::NAN, |j| logprob_of(values[j], lse));
+        let top = ids.iter().zip(values).take(top).map(|(&t, &v)| (t, logprob_of(v, lse))).collect();
+        TokenLogprobs { token, logprob, top }
+    }
+
+    /// From a whole row of logits: the log-sum-exp as the reference engine's TOP_K computes
+    /// it (f64), the top candidates in TOP_K's rank order.
+    pub fn from_row(token: u32, logits: &[f32], top: usize) -> TokenLogprobs {
+        let lse = log_sum_exp(logits);
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        let key = |i: u32| logits[i as usize];
+        order.sort_by(|&a, &b| match (key(a).is_nan(), key(b).is_nan()) {
+            (false, true) => std::cmp::Ordering::Less,
+            (true, false) => std::cmp::Ordering::Greater,
+            _ => key(b).partial_cmp(&key(a)).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)),
+        });
+        order.truncate(top);
+        let logprob = logits.get(token as usize).map_or(f32::NAN, |&v| logprob_of(v, lse));
+        TokenLogprobs { token, logprob, top: order.iter().map(|&t| (t, logprob_of(logits[t as usize], lse))).collect() }
+    }
+}
+
+/// `value − lse` in f64, rounded, never above 0 (a value within rounding of the
+/// log-sum-exp is the whole distribution); NaN stays NaN.
+fn logprob_of(value: f32, lse: f32) -> f32 {
+    let d = (f64::from(value) - f64::from(lse)) as f32;
+    if d > 0.0 {
+        0.0
+    } else {
+        d
+    }
+}
+
+/// A row's log-sum-exp as TOP_K's rustdoc defines it (NaN, then +∞, then an all-−∞ row;
+/// otherwise `M + ln Σ e^(x − M)` in f64).
+fn log_sum_exp(row: &[f32]) -> f32 {
+    if row.iter().any(|v| v.is_nan()) {
+        return f32::NAN;
+    }
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max.is_infinite() {
+        return max;
+    }
+    let m = f64::from(max);
+    (m + row.iter().map(|&v| (f64::from(v) - m).exp()).sum::<f64>().ln()) as f32
 }
 
 /// The rows a [`Generator`] runs next in a batched pass ([`Generator::next_rows`]).
@@ -182,6 +252,8 @@ impl Generator {
             ahead: None,
             full_rows: false,
             last_token: [0],
+            logprobs: None,
+            last_logprobs: None,
         })
     }
 
@@ -198,6 +270,22 @@ impl Generator {
     pub fn full_rows(mut self, full: bool) -> Generator {
         self.full_rows = full;
         self
+    }
+
+    /// Reports each generated token's log-probability and the `top` most likely tokens'
+    /// ([`Generator::last_logprobs`]); `None` (the default): none. A step then reads
+    /// TOP_K's `max(what the sampler needs, top, 1)` candidates and the row's log-sum-exp
+    /// (plain greedy too, instead of ARGMAX: its top candidate is ARGMAX's token); a step
+    /// whose sampler needs the whole row computes them from it. The tokens are the same.
+    pub fn logprobs(mut self, top: Option<usize>) -> Generator {
+        self.logprobs = top;
+        self
+    }
+
+    /// The log-probabilities of the token the last step returned, when asked for
+    /// ([`Generator::logprobs`]).
+    pub fn last_logprobs(&self) -> Option<&TokenLogprobs> {
+        self.last_logprobs.as_ref()
     }
 
     /// Prompt ids reused from the session's KV cache.
@@ -256,21 +344,54 @@ impl Generator {
             return None;
         }
         let pos = self.last.map_or(self.prefilled, |(_, pos)| pos);
-        let token = match output? {
-            RowOutput::Greedy(t) => t,
-            RowOutput::TopK { values, ids } => self.sampler.sample_candidates(&values, &ids),
-            RowOutput::Full(logits) => self.sampler.sample(&logits),
+        let top = self.logprobs;
+        let (token, logprobs) = match output? {
+            RowOutput::Greedy(t) => (t, None),
+            RowOutput::TopK { values, ids, lse } => {
+                let token = if self.sampler.config().is_plain_greedy() {
+                    // TOP_K's first candidate is ARGMAX's token.
+                    ids.first().copied().unwrap_or(0)
+                } else {
+                    self.sampler.sample_candidates(&values, &ids)
+                };
+                let logprobs =
+                    top.zip(lse).map(|(n, lse)| TokenLogprobs::from_candidates(token, &values, &ids, lse, n));
+                (token, logprobs)
+            }
+            RowOutput::Full(logits) => {
+                let token = if self.sampler.config().is_plain_greedy() {
+                    TokenLogprobs::from_row(0, &logits, 1).top.first().map_or(0, |t| t.0)
+                } else {
+                    self.sampler.sample(&logits)
+                };
+                (token, top.map(|n| TokenLogprobs::from_row(token, &logits, n)))
+            }
         };
+        self.last_logprobs = logprobs;
         self.took(token, pos + n);
         Some(token)
     }
 
-    /// What the sampler needs of a row's logits on `model`'s engine.
+    /// What the sampler (and the log-probabilities, when asked for) need of a row's logits
+    /// on `model`'s engine.
     fn read_kind<E: Engine>(&self, model: &Model<E>) -> RowRead {
-        if self.sampler.config().is_plain_greedy() {
+        let plain = self.sampler.config().is_plain_greedy();
+        let read = if plain {
             RowRead::Greedy
         } else if let Some(k) = self.candidates(model) {
             RowRead::TopK(k)
+        } else {
+            RowRead::Full
+        };
+        let Some(top) = self.logprobs else { return read };
+        let k = match read {
+            RowRead::Greedy => top.max(1),
+            RowRead::TopK(k) => k.max(top).max(1),
+            _ => return RowRead::Full,
+        };
+        let limit = model.engine().top_k_limit().map_or(usize::MAX, |l| l as usize);
+        if k <= limit && !self.full_rows {
+            RowRead::TopKLse(k)
         } else {
             RowRead::Full
         }
@@ -319,15 +440,24 @@ impl Generator {
                 (chunk, pos)
             }
         };
+        self.last_logprobs = None;
         let token = match self.read_kind(model) {
             RowRead::Greedy => model.forward_greedy(session, ids, pos)?,
             RowRead::TopK(k) => {
                 let (logits, candidates) = model.forward_top_k(session, ids, pos, k)?;
                 self.sampler.sample_candidates(&logits, &candidates)
             }
-            RowRead::Full => {
+            // A session's steps have no engine log-sum-exp: with log-probabilities asked
+            // for, they read the whole row.
+            RowRead::Full | RowRead::TopKLse(_) => {
                 let logits = model.forward(session, ids, pos, LogitsRows::Last)?;
-                self.sampler.sample(&logits)
+                let token = if self.sampler.config().is_plain_greedy() {
+                    TokenLogprobs::from_row(0, &logits, 1).top.first().map_or(0, |t| t.0)
+                } else {
+                    self.sampler.sample(&logits)
+                };
+                self.last_logprobs = self.logprobs.map(|n| TokenLogprobs::from_row(token, &logits, n));
+                token
             }
         };
         let next_pos = pos + ids.len();

@@ -26,5 +26,6 @@ pub use error::ModelError;
 pub use forward::LogitsRows;
 pub use generate::{
     generate, generate_reusing_cache, GenerateOptions, Generation, Generator, NextRows, Prefill, StopReason,
+    TokenLogprobs,
 };
-pub use model::{KvCache, Model, PendingToken, QuantizedActivations, Session};
+pub use model::{KvCache, KvCacheTypes, Model, PendingToken, QuantizedActivations, Session};

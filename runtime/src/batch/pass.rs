@@ -5,7 +5,7 @@
 //! way whatever else is in the batch, so a sequence's logits do not depend on its company.
 
 use purebee_isa::ops::PagedRows;
-use purebee_isa::{DType, Engine, ProgramBuilder, TensorId};
+use purebee_isa::{DType, Engine, Program, ProgramBuilder, TensorId};
 
 use super::cache::{SharedCache, PAGE_SIZE};
 
@@ -40,6 +40,9 @@ pub enum RowRead {
     Greedy,
     /// The `k` largest logits with their ids (TOP_K), at least 1.
     TopK(usize),
+    /// As [`RowRead::TopK`], and the row's log-sum-exp (TOP_K's `lse`, computed on the
+    /// engine), so that `value − lse` is a candidate's log-probability.
+    TopKLse(usize),
     /// The whole row.
     Full,
 }
@@ -55,6 +58,8 @@ pub enum RowOutput {
         values: Vec<f32>,
         /// Their token ids.
         ids: Vec<u32>,
+        /// The row's log-sum-exp, for [`RowRead::TopKLse`].
+        lse: Option<f32>,
     },
     /// The whole row of logits.
     Full(Vec<f32>),
@@ -67,6 +72,11 @@ pub(crate) struct BatchForward {
     pos: TensorId,
     /// Each row's sequence, U32 `[n]`.
     seq: TensorId,
+    /// TOP_K (k = 1) with the log-sum-exp of each of the `m` logits rows, run after the
+    /// pass when a row asks for [`RowRead::TopKLse`]; its outputs live with the pass's.
+    lse_pass: Program,
+    /// The log-sum-exps, F32 `[m]`.
+    lse: TensorId,
 }
 
 impl BatchForward {
@@ -155,8 +165,14 @@ impl<E: Engine> Model<E> {
         for r in rows {
             cache.sequences[r.seq].ids.extend_from_slice(r.ids);
         }
+        let lse = if rows.iter().any(|r| matches!(r.read, Some(RowRead::TopKLse(_)))) {
+            self.engine.execute(&f.lse_pass, &[])?;
+            self.engine.read_f32(f.lse)?
+        } else {
+            Vec::new()
+        };
         let io = (f.forward.io.argmax, f.forward.io.logits);
-        let outputs = self.read_rows(cache, rows, io, key);
+        let outputs = self.read_rows(cache, rows, io, key, &lse);
         if n > KEEP_LIVE_ROWS {
             if let Some(f) = cache.forwards.get_mut(&key) {
                 self.engine.execute(&f.forward.teardown, &[])?;
@@ -189,7 +205,7 @@ impl<E: Engine> Model<E> {
             if r.pos > held {
                 return bad(format!("sequence {} holds {held} positions; rows cannot start at {}", r.seq, r.pos));
             }
-            if let Some(RowRead::TopK(0)) = r.read {
+            if let Some(RowRead::TopK(0) | RowRead::TopKLse(0)) = r.read {
                 return bad(format!("sequence {} asks for the top 0 logits", r.seq));
             }
         }
@@ -197,18 +213,24 @@ impl<E: Engine> Model<E> {
     }
 
     /// Reads what each entry asked for from the ARGMAX and logits of the `m` selected rows
-    /// of the `(n, m)` forward.
+    /// of the `(n, m)` forward (`lse`: their log-sum-exps, when one asked for them).
     fn read_rows(
         &mut self,
         cache: &mut SharedCache,
         rows: &[BatchRows],
         (argmax, logits): (TensorId, TensorId),
         (n, m): (usize, usize),
+        lse: &[f32],
     ) -> Result<Vec<Option<RowOutput>>, ModelError> {
         let reads = || rows.iter().filter_map(|r| r.read);
         let tokens = if reads().any(|r| r == RowRead::Greedy) { self.engine.read_u32(argmax)? } else { Vec::new() };
         let vocab = self.config.n_vocab;
-        let k = reads().filter_map(|r| if let RowRead::TopK(k) = r { Some(k.min(vocab)) } else { None }).max();
+        let k = reads()
+            .filter_map(|r| match r {
+                RowRead::TopK(k) | RowRead::TopKLse(k) => Some(k.min(vocab)),
+                _ => None,
+            })
+            .max();
         let top = match k {
             Some(k) => {
                 let prefix = format!("{}.batch{n}x{m}.top{k}", cache.name);
@@ -226,13 +248,15 @@ impl<E: Engine> Model<E> {
             };
             out.push(Some(match read {
                 RowRead::Greedy => RowOutput::Greedy(tokens.get(row).copied().unwrap_or(0)),
-                RowRead::TopK(want) => {
+                RowRead::TopK(want) | RowRead::TopKLse(want) => {
                     let (values, ids) = top.as_ref().map_or((&[][..], &[][..]), |(v, i)| (&v[..], &i[..]));
                     let k = k.unwrap_or(0);
+                    // TOP_K's rank order makes a smaller k's result a prefix of a larger one's.
                     let take = want.min(k);
                     RowOutput::TopK {
                         values: values.get(row * k..row * k + take).unwrap_or(&[]).to_vec(),
                         ids: ids.get(row * k..row * k + take).unwrap_or(&[]).to_vec(),
+                        lse: matches!(read, RowRead::TopKLse(_)).then(|| lse.get(row).copied().unwrap_or(f32::NAN)),
                     }
                 }
                 RowRead::Full => RowOutput::Full(full.get(row * vocab..(row + 1) * vocab).unwrap_or(&[]).to_vec()),
@@ -251,9 +275,15 @@ impl<E: Engine> Model<E> {
         let (cfg, w, acts) = (&self.config, &self.weights, self.activations);
         let mut io =
             record_forward(&mut b, cfg, w, &cache.kv, n, Head::Selected(m), &prefix, Place::Paged(paged), acts)?;
-        io.tensors.extend([pos, seq]);
+        let lse = b.declare(&format!("{prefix}.lse"), DType::F32, &[m])?;
+        let lse_top = b.declare(&format!("{prefix}.lse_top"), DType::F32, &[m, 1])?;
+        let lse_id = b.declare(&format!("{prefix}.lse_id"), DType::U32, &[m, 1])?;
+        io.tensors.extend([pos, seq, lse, lse_top, lse_id]);
         let pass = b.finish();
+        let mut b = ProgramBuilder::new(&format!("{prefix}.lse_pass"), self.engine.memory_mut());
+        b.top_k_lse(lse_top, lse_id, lse, io.logits, 1)?;
+        let lse_pass = b.finish();
         let forward = self.forward_programs(&prefix, pass, io)?;
-        Ok(BatchForward { forward, pos, seq })
+        Ok(BatchForward { forward, pos, seq, lse_pass, lse })
     }
 }
