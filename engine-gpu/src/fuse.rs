@@ -96,8 +96,10 @@ pub(crate) enum Pattern {
     /// caches (rope.wgsl's arithmetic, bit for bit); k is written back only when that write
     /// is not dead. Needs both ROPEs in place with the same position, base, style and
     /// head_dim and `rot_dim == head_dim` (no unrotated tail for the cache copy), both
-    /// KV_WRITEs at that position, q, k, v and the two caches pairwise distinct, and one row
-    /// count for q, k and v. (Every attention block.)
+    /// KV_WRITEs at that position, q, k, v and the two caches pairwise distinct, one row
+    /// count for q, k and v, and F32 caches (the fused kernels store f32 words; KV_WRITE's
+    /// own kernels round into an F16 cache, so over F16 caches, the runtime's default, the
+    /// ROPEs and KV_WRITEs run unfused). (Every attention block with F32 caches.)
     #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::RopeKv
     RopeKvWrite,
     /// Three BITLINEARs sharing a quantization (q, k, v) at one token: their products in
@@ -756,11 +758,14 @@ fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option
     let distinct = ids.iter().enumerate().all(|(a, x)| ids[a + 1..].iter().all(|y| y != x));
     let rows = |id| ctx.desc(id).ok().map(|d| d.shape.rows());
     let same_rows = rows(q).is_some() && rows(q) == rows(k) && rows(q) == rows(v);
+    // The fused kernels store f32 words: F16 caches are left to KV_WRITE's own kernels.
+    let f32_caches = [kc, vc].iter().all(|&c| ctx.desc(c).is_ok_and(|d| d.dtype == DType::F32));
     let ok = same_rope
         && in_place
         && writes
         && distinct
         && same_rows
+        && f32_caches
         && rq.head_dim > 0
         && ids.iter().all(|&t| fits(ctx, t));
     ok.then(|| !write_is_dead(instructions, i + 1, k, &[i + 2]))
@@ -1242,15 +1247,15 @@ mod tests {
     fn rope_and_kv_writes_fuse_only_when_they_agree() {
         use purebee_isa::ops::{Rope, RopeStyle};
         use purebee_isa::U32Arg;
-        let build = |rot_dim: u32, v_pos: u32| {
+        let build_with = |rot_dim: u32, v_pos: u32, (k_dtype, v_dtype): (DType, DType)| {
             let mut reg = Registry::new();
             let mut b = ProgramBuilder::new("p", &mut reg);
             let f = DType::F32;
             let q = b.declare("q", f, &[2, 128]).expect("valid");
             let k = b.declare("k", f, &[2, 64]).expect("valid");
             let v = b.declare("v", f, &[2, 64]).expect("valid");
-            let kc = b.declare("kc", f, &[8, 64]).expect("valid");
-            let vc = b.declare("vc", f, &[8, 64]).expect("valid");
+            let kc = b.declare("kc", k_dtype, &[8, 64]).expect("valid");
+            let vc = b.declare("vc", v_dtype, &[8, 64]).expect("valid");
             let pos = U32Arg::Const(3);
             let rope = |t| Rope {
                 out: t,
@@ -1269,6 +1274,10 @@ mod tests {
             let plan = plan(&ctx(&reg), &LIMITS, p.instructions());
             plan
         };
+        let build = |rot_dim, v_pos| build_with(rot_dim, v_pos, (DType::F32, DType::F32));
+        // An F16 cache (either): KV_WRITE's own kernels round into it, unfused.
+        assert_eq!(build_with(32, 3, (DType::F16, DType::F32)), Plan::unfused(4));
+        assert_eq!(build_with(32, 3, (DType::F32, DType::F16)), Plan::unfused(4));
         // k is not written again in the program: the rotated k is its last write, kept.
         assert_eq!(build(32, 3).units, [Unit::RopeKv { first: 0, write_k: true }]);
         assert_eq!(build(32, 3).patterns(), [Pattern::RopeKvWrite]);

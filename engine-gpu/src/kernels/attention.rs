@@ -29,6 +29,7 @@
 //! `pos + r`, plus 12 bytes per position a tile looks up (its position, sequence and page).
 
 use purebee_isa::ops::{Attention, CacheRows, LINEAR_ACT_BLOCK};
+use purebee_memory::DType;
 
 use super::{linear, ArgSlot, KernelCall, RecordCtx, ScratchKey, Shader, Storage, ARG_CONST};
 use crate::pipelines::PipelineKey;
@@ -253,6 +254,9 @@ pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>
             vec![(5, Storage::Tensor(r.pos, 0))],
         ),
     };
+    // F16 caches: read two elements to a word and widened in the kernel.
+    let k_f16 = u32::from(ctx.desc(a.k_cache)?.dtype == DType::F16);
+    let v_f16 = u32::from(ctx.desc(a.v_cache)?.dtype == DType::F16);
     let key = |entry, direct| PipelineKey {
         shader,
         entry,
@@ -262,6 +266,8 @@ pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>
             ("COLS", cols as u32),
             ("ROWG", row_groups as u32),
             ("DIRECT", direct),
+            ("K_F16", k_f16),
+            ("V_F16", v_f16),
         ],
     };
     let inputs = [(1, Storage::Tensor(a.q, 0)), (2, Storage::Tensor(a.k_cache, 0)), (3, Storage::Tensor(a.v_cache, 0))];

@@ -86,8 +86,11 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
+// The caches as words: F32 elements (K_F16 / V_F16 = 0), or F16 elements two to a word,
+// element i in the low half of word i / 2 when i is even (little-endian), widened exactly
+// with integer operations (no shader-f16 feature, no reliance on a backend's subnormals).
+@group(0) @binding(2) var<storage, read> k: array<u32>;
+@group(0) @binding(3) var<storage, read> v: array<u32>;
 // `partial`'s destination: `out` (DIRECT) or the scratch buffer.
 @group(0) @binding(4) var<storage, read_write> acc: array<f32>;
 // Binding 5 (and 9, 10) are the rows' positions: see the file before this one.
@@ -108,6 +111,40 @@ override COLS: u32 = 64u;
 override ROWG: u32 = 2u;
 // 1 when splits == 1: `partial` writes the normalized output itself.
 override DIRECT: u32 = 0u;
+// 1 when the key (value) cache is F16.
+override K_F16: u32 = 0u;
+override V_F16: u32 = 0u;
+
+// The f32 of the f16 with bits `h` (low 16 bits), exactly: normals and infinities/NaN by
+// moving the fields, subnormals as man · 2^-24 (exact: a normal f32).
+fn widen_f16(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let man = h & 0x3ffu;
+    if (e == 0u) {
+        let mag = f32(man) * 5.9604644775390625e-8;
+        return bitcast<f32>(bitcast<u32>(mag) | sign);
+    }
+    if (e == 0x1fu) {
+        return bitcast<f32>(sign | 0x7f800000u | (man << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (man << 13u));
+}
+
+// Element i of a cache of words `w` at index i (F32) or i / 2 (F16).
+fn key_at(i: u32) -> f32 {
+    if (K_F16 != 0u) {
+        return widen_f16(k[i >> 1u] >> (16u * (i & 1u)));
+    }
+    return bitcast<f32>(k[i]);
+}
+
+fn value_at(i: u32) -> f32 {
+    if (V_F16 != 0u) {
+        return widen_f16(v[i >> 1u] >> (16u * (i & 1u)));
+    }
+    return bitcast<f32>(v[i]);
+}
 
 // Threads per workgroup.
 const WG: u32 = 128u;
@@ -157,7 +194,7 @@ fn active_splits(len: u32) -> u32 {
 // Dimension d of the key row at `row`, or 0 past the head (d ≥ HD). The load is
 // unconditional (dimension 0 stands in) so that a caller's eight are issued together.
 fn key(row: u32, d: u32) -> f32 {
-    return select(0.0, k[row + select(0u, d, d < HD)], d < HD);
+    return select(0.0, key_at(row + select(0u, d, d < HD)), d < HD);
 }
 
 // Query dimension d of head h (clamped; its key is 0 past the head).
@@ -273,14 +310,14 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
                 // Eight value rows per step, loaded before they are used. (Each sum is
                 // still taken in position order.)
                 for (; j + 7u * ROWG < count; j += 8u * ROWG) {
-                    let v0 = v[tile_row(t0, j) * p.kv_width + v_col];
-                    let v1 = v[tile_row(t0, j + ROWG) * p.kv_width + v_col];
-                    let v2 = v[tile_row(t0, j + 2u * ROWG) * p.kv_width + v_col];
-                    let v3 = v[tile_row(t0, j + 3u * ROWG) * p.kv_width + v_col];
-                    let v4 = v[tile_row(t0, j + 4u * ROWG) * p.kv_width + v_col];
-                    let v5 = v[tile_row(t0, j + 5u * ROWG) * p.kv_width + v_col];
-                    let v6 = v[tile_row(t0, j + 6u * ROWG) * p.kv_width + v_col];
-                    let v7 = v[tile_row(t0, j + 7u * ROWG) * p.kv_width + v_col];
+                    let v0 = value_at(tile_row(t0, j) * p.kv_width + v_col);
+                    let v1 = value_at(tile_row(t0, j + ROWG) * p.kv_width + v_col);
+                    let v2 = value_at(tile_row(t0, j + 2u * ROWG) * p.kv_width + v_col);
+                    let v3 = value_at(tile_row(t0, j + 3u * ROWG) * p.kv_width + v_col);
+                    let v4 = value_at(tile_row(t0, j + 4u * ROWG) * p.kv_width + v_col);
+                    let v5 = value_at(tile_row(t0, j + 5u * ROWG) * p.kv_width + v_col);
+                    let v6 = value_at(tile_row(t0, j + 6u * ROWG) * p.kv_width + v_col);
+                    let v7 = value_at(tile_row(t0, j + 7u * ROWG) * p.kv_width + v_col);
                     for (var h = 0u; h < HEADS; h++) {
                         let w = h * TILE + j;
                         var sum = o[h];
@@ -296,7 +333,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
                     }
                 }
                 for (; j < count; j += ROWG) {
-                    let value = v[tile_row(t0, j) * p.kv_width + v_col];
+                    let value = value_at(tile_row(t0, j) * p.kv_width + v_col);
                     for (var h = 0u; h < HEADS; h++) {
                         o[h] += weights[h * TILE + j] * value;
                     }

@@ -6,8 +6,13 @@
 //! parameter), or with paged rows each element's row's position, sequence and page-table
 //! entry (`12` bytes, from cache memory after the row's first); writes `4·n·w` into the
 //! cache. Nothing else of the cache is touched.
+//!
+//! Into an F16 cache (`kv_write_f16`, `kv_write_paged_f16`): each element rounded to the
+//! nearest f16 (ties to even, on its bits) and stored into its half of a word with two
+//! atomics; writes `2·n·w` bytes.
 
 use purebee_isa::ops::{CacheRows, KvWrite};
+use purebee_memory::DType;
 
 use super::{ArgSlot, KernelCall, RecordCtx, Shader, Storage, ARG_CONST};
 use crate::pipelines::PipelineKey;
@@ -64,12 +69,18 @@ pub(crate) fn record(ctx: &RecordCtx, k: &KvWrite) -> Result<Vec<KernelCall>, Gp
         pages_in_cache: 0,
         _pad: [0; 2],
     };
-    let mut storage = vec![(1, Storage::Tensor(k.src, 0)), (2, Storage::Tensor(k.cache, 0))];
+    let f16 = ctx.desc(k.cache)?.dtype == DType::F16;
+    let cache_binding = if f16 { 7 } else { 2 };
+    let mut storage = vec![(1, Storage::Tensor(k.src, 0)), (cache_binding, Storage::Tensor(k.cache, 0))];
     let entry = match k.rows {
         CacheRows::Consecutive(start) => {
             params.pos = ctx.u32_arg(start);
             storage.push((3, Storage::RunParams));
-            "kv_write"
+            if f16 {
+                "kv_write_f16"
+            } else {
+                "kv_write"
+            }
         }
         CacheRows::Paged(rows) => {
             let table = &ctx.desc(rows.pages)?.shape;
@@ -84,7 +95,11 @@ pub(crate) fn record(ctx: &RecordCtx, k: &KvWrite) -> Result<Vec<KernelCall>, Gp
                 (5, Storage::Tensor(rows.seq, 0)),
                 (6, Storage::Tensor(rows.pages, 0)),
             ]);
-            "kv_write_paged"
+            if f16 {
+                "kv_write_paged_f16"
+            } else {
+                "kv_write_paged"
+            }
         }
     };
     Ok(vec![KernelCall {

@@ -11,6 +11,14 @@
 // tables (PagedRows::check, from its copies of them) before anything ran; the kernel skips
 // a row whose sequence, page index or page is out of range, so it never writes out of
 // bounds either.
+//
+// `kv_write_f16` and `kv_write_paged_f16`: the same into an F16 cache (binding 7, two
+// elements to a word, element i in the low half of word i / 2 when i is even). Each
+// element is rounded to the nearest f16, ties to even, with integer operations on its bits
+// (`f16_bits`, the ISA's rounding: no shader-f16 feature, no pack2x16float, whose rounding
+// WGSL leaves to the backend), and stored into its half of the word with an atomicAnd that
+// clears that half and an atomicOr that sets it: the other half may be another row's
+// element (an odd width) written in the same dispatch, and the two commute.
 
 struct Params {
     // n · w: the words to copy.
@@ -44,7 +52,52 @@ struct Params {
 @group(0) @binding(5) var<storage, read> row_seq: array<u32>;
 @group(0) @binding(6) var<storage, read> pages: array<u32>;
 
+@group(0) @binding(7) var<storage, read_write> cache_h: array<atomic<u32>>;
+
 override WG: u32 = 256u;
+
+// The bits of the f16 nearest the f32 with bits `b`, ties to even: overflow to ±inf, NaN to
+// the quiet NaN with its sign and top ten payload bits (isa::ops::f16_bits).
+fn f16_bits(b: u32) -> u32 {
+    let sign = (b >> 16u) & 0x8000u;
+    let e = (b >> 23u) & 0xffu;
+    let man = b & 0x7fffffu;
+    if (e == 0xffu) {
+        return sign | select(0x7e00u | (man >> 13u), 0x7c00u, man == 0u);
+    }
+    // Past f16's largest exponent (15, biased 142).
+    if (e > 142u) {
+        return sign | 0x7c00u;
+    }
+    let sig = select(man | 0x800000u, man, e == 0u);
+    var kept: u32;
+    var shift: u32;
+    if (e >= 113u) {
+        // A normal f16: its exponent field above the top ten mantissa bits (a carry on
+        // rounding goes into the exponent, up to inf).
+        kept = ((e - 112u) << 10u) | (man >> 13u);
+        shift = 13u;
+    } else {
+        // Subnormal or zero: sig · 2^(e − 150) in units of 2^-24.
+        shift = 126u - e;
+        if (shift > 25u) {
+            return sign;
+        }
+        kept = sig >> shift;
+    }
+    let rest = sig & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    let up = rest > half || (rest == half && (kept & 1u) == 1u);
+    return sign | (kept + select(0u, 1u, up));
+}
+
+// Element `at` of the F16 cache = src element i, rounded.
+fn store_f16(at: u32, i: u32) {
+    let shift = 16u * (at & 1u);
+    let word = at >> 1u;
+    atomicAnd(&cache_h[word], ~(0xffffu << shift));
+    atomicOr(&cache_h[word], f16_bits(src[i]) << shift);
+}
 
 @compute @workgroup_size(WG)
 fn kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
@@ -78,4 +131,36 @@ fn kv_write_paged(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
     }
     // page · page_size + t % page_size < pages_in_cache · page_size <= n_ctx.
     cache[(page * p.page_size + t % p.page_size) * p.width + i % p.width] = src[i];
+}
+
+@compute @workgroup_size(WG)
+fn kv_write_f16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
+    let pos = select(p.pos_value, run[p.pos_param], p.pos_param != 0xffffffffu);
+    if (i >= p.n_words || pos > p.n_ctx || p.n_rows > p.n_ctx - pos) {
+        return;
+    }
+    store_f16(pos * p.width + i, i);
+}
+
+@compute @workgroup_size(WG)
+fn kv_write_paged_f16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                      @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
+    if (i >= p.n_words) {
+        return;
+    }
+    let r = i / p.width;
+    let t = row_pos[r];
+    let s = row_seq[r];
+    let page_index = t / p.page_size;
+    if (s >= p.n_seq || page_index >= p.max_pages) {
+        return;
+    }
+    let page = pages[s * p.max_pages + page_index];
+    if (page >= p.pages_in_cache) {
+        return;
+    }
+    store_f16((page * p.page_size + t % p.page_size) * p.width + i % p.width, i);
 }
