@@ -13,7 +13,33 @@ use crate::forward::{record_forward, ForwardIo, Head, LogitsRows, Place};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 
-/// The key and value caches of every layer, F32 `[n_ctx, n_kv_head · head_dim]` each.
+/// The dtypes of the key and value caches (llama.cpp's `--cache-type-k` and
+/// `--cache-type-v`): F16 by default, as llama.cpp's, half the memory and the memory
+/// traffic of ATTENTION; F32 to compare with F32 references. Set with
+/// [`Model::set_kv_cache_types`]; sessions and shared caches opened after take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvCacheTypes {
+    /// The key cache: F16 or F32.
+    pub k: DType,
+    /// The value cache: F16 or F32.
+    pub v: DType,
+}
+
+impl KvCacheTypes {
+    /// Both caches F32.
+    pub const F32: KvCacheTypes = KvCacheTypes { k: DType::F32, v: DType::F32 };
+    /// Both caches F16 (the default).
+    pub const F16: KvCacheTypes = KvCacheTypes { k: DType::F16, v: DType::F16 };
+}
+
+impl Default for KvCacheTypes {
+    fn default() -> KvCacheTypes {
+        KvCacheTypes::F16
+    }
+}
+
+/// The key and value caches of every layer, `[n_ctx, n_kv_head · head_dim]` each, of the
+/// model's [`KvCacheTypes`] when they were allocated.
 #[derive(Clone, Debug)]
 pub struct KvCache {
     pub(crate) k: Vec<TensorId>,
@@ -84,6 +110,8 @@ pub struct Model<E: Engine> {
     /// Sessions and shared caches opened so far: names their tensors uniquely in the
     /// registry.
     pub(crate) sessions_opened: u64,
+    /// The dtypes of the caches sessions and shared caches get.
+    pub(crate) kv_types: KvCacheTypes,
 }
 
 /// One sequence's state on a [`Model`]: its KV cache, the ids the cache holds, and the
@@ -179,7 +207,21 @@ impl<E: Engine> Model<E> {
             source: file.watch(),
             id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
             sessions_opened: 0,
+            kv_types: KvCacheTypes::default(),
         })
+    }
+
+    /// The dtypes of the KV caches that sessions and shared caches opened from now on get
+    /// (F16 both by default). Those opened before keep theirs. Each must be F32 or F16
+    /// (`purebee_isa::ops::is_cache_dtype`): the first pass over a cache of another dtype is
+    /// refused when it is recorded (KV_WRITE's validation, a [`ModelError::Isa`]).
+    pub fn set_kv_cache_types(&mut self, types: KvCacheTypes) {
+        self.kv_types = types;
+    }
+
+    /// The dtypes of the KV caches sessions opened from now on get.
+    pub fn kv_cache_types(&self) -> KvCacheTypes {
+        self.kv_types
     }
 
     /// The hyper-parameters.
@@ -212,8 +254,8 @@ impl<E: Engine> Model<E> {
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for l in 0..self.config.n_layer {
             let dims = [n_ctx, self.config.kv_width()];
-            k.push(b.alloc(&format!("{name}.cache.{l}.k"), DType::F32, &dims)?);
-            v.push(b.alloc(&format!("{name}.cache.{l}.v"), DType::F32, &dims)?);
+            k.push(b.alloc(&format!("{name}.cache.{l}.k"), self.kv_types.k, &dims)?);
+            v.push(b.alloc(&format!("{name}.cache.{l}.v"), self.kv_types.v, &dims)?);
         }
         let alloc = b.finish();
         self.engine.execute(&alloc, &[])?;

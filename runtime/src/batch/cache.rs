@@ -134,7 +134,8 @@ impl SharedCache {
 
 impl<E: Engine> Model<E> {
     /// A KV cache of `n_ctx` positions (rounded up to whole pages; 0: the model's training
-    /// context) shared by `max_sequences` sequences, allocated on the engine now.
+    /// context) shared by `max_sequences` sequences, of the model's
+    /// [`crate::KvCacheTypes`], allocated on the engine now.
     pub fn new_shared_cache(&mut self, n_ctx: usize, max_sequences: usize) -> Result<SharedCache, ModelError> {
         let n_ctx = if n_ctx == 0 { self.config.n_ctx_train } else { n_ctx };
         let n_pages = n_ctx.div_ceil(PAGE_SIZE).max(1);
@@ -145,8 +146,8 @@ impl<E: Engine> Model<E> {
         let (mut k, mut v) = (Vec::new(), Vec::new());
         for l in 0..self.config.n_layer {
             let dims = [n_pages * PAGE_SIZE, self.config.kv_width()];
-            k.push(b.alloc(&format!("{name}.cache.{l}.k"), DType::F32, &dims)?);
-            v.push(b.alloc(&format!("{name}.cache.{l}.v"), DType::F32, &dims)?);
+            k.push(b.alloc(&format!("{name}.cache.{l}.k"), self.kv_types.k, &dims)?);
+            v.push(b.alloc(&format!("{name}.cache.{l}.v"), self.kv_types.v, &dims)?);
         }
         let pages = b.alloc(&format!("{name}.pages"), DType::U32, &[max_sequences, n_pages])?;
         let alloc = b.finish();
