@@ -326,6 +326,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     spinner.finish();
     let load_error = |source| BenchError::Load { file: model_path.clone(), source: Box::new(source) };
     let mut model = model.map_err(load_error)?;
+    model.set_kv_cache_types(spec.kv_cache);
     if !args.npl.is_empty() {
         let batched = crate::bench_batched::Batched {
             npl: &args.npl,

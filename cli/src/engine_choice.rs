@@ -1,13 +1,14 @@
 //! `--engine ref|cpu|gpu|auto` and `-t/--threads`: which engine runs the model (created by
 //! `purebee-loader`, said on stderr); `--f32-activations`: how it feeds block-quantized
-//! weights.
+//! weights; `-ctk/--cache-type-k`, `-ctv/--cache-type-v`: the KV caches' dtypes.
 
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use purebee_loader::{DynEngine, EngineChoice, EngineSpec};
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::{Model, QuantizedActivations, Session};
+use purebee_memory::DType;
+use purebee_runtime::{KvCacheTypes, Model, QuantizedActivations, Session};
 
 use crate::progress::Spinner;
 use crate::CliError;
@@ -23,6 +24,25 @@ pub enum EngineFlag {
     Gpu,
     /// The wgpu engine on a real GPU when one exists, else the native CPU engine.
     Auto,
+}
+
+/// A KV cache's dtype (llama.cpp's `--cache-type-k/-v` values this engine supports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CacheType {
+    /// Half precision: half the memory and the attention's memory traffic (the default, as
+    /// llama.cpp's).
+    F16,
+    /// Single precision, exact copies of the keys and values.
+    F32,
+}
+
+impl CacheType {
+    fn dtype(self) -> DType {
+        match self {
+            CacheType::F16 => DType::F16,
+            CacheType::F32 => DType::F32,
+        }
+    }
 }
 
 /// The engine flags every model-running subcommand takes.
@@ -43,6 +63,12 @@ pub struct EngineArgs {
     /// mapping it, as llama.cpp's --no-mmap.
     #[arg(long)]
     pub no_mmap: bool,
+    /// The key cache's dtype (`-ctk`, as llama.cpp's): f16 or f32.
+    #[arg(long = "cache-type-k", value_enum, default_value = "f16", value_name = "TYPE")]
+    pub cache_type_k: CacheType,
+    /// The value cache's dtype (`-ctv`, as llama.cpp's): f16 or f32.
+    #[arg(long = "cache-type-v", value_enum, default_value = "f16", value_name = "TYPE")]
+    pub cache_type_v: CacheType,
     /// Say more on stderr: how long mapping the file and loading the model took.
     #[arg(short = 'v', long)]
     pub verbose: bool,
@@ -61,6 +87,7 @@ impl EngineArgs {
             threads: self.threads,
             activations: if self.f32_activations { QuantizedActivations::F32 } else { QuantizedActivations::Int8 },
             no_mmap: self.no_mmap,
+            kv_cache: KvCacheTypes { k: self.cache_type_k.dtype(), v: self.cache_type_v.dtype() },
         }
     }
 
@@ -73,7 +100,8 @@ impl EngineArgs {
         let spinner = Spinner::start(format!("loading the model on the {name} engine"));
         let model = Model::load_with(engine, file, spec.activations);
         spinner.finish();
-        let model = model?;
+        let mut model = model?;
+        model.set_kv_cache_types(spec.kv_cache);
         if self.verbose {
             eprintln!("purebee-rs: loaded the model on the {name} engine in {:.2} s", start.elapsed().as_secs_f64());
         }

@@ -41,6 +41,11 @@ fn prefill_and_decode_write_llama_cpp_logits() {
                 fixture("tiny_b158_f32.gguf").to_str().expect("utf-8 path"),
                 "--engine",
                 "ref",
+                // The 1e-4 bound is against F32 logits: F32 caches.
+                "-ctk",
+                "f32",
+                "-ctv",
+                "f32",
                 "--mode",
                 mode,
                 "--tokens",

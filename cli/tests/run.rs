@@ -33,6 +33,11 @@ fn greedy_json_output_reproduces_llama_cpp_on_the_f32_model() {
         "0",
         "--engine",
         "ref",
+        // llama.cpp's ids on F32 caches (ours, at least, hold them exactly).
+        "-ctk",
+        "f32",
+        "-ctv",
+        "f32",
         "--output",
         "json",
     ]);

@@ -4,7 +4,7 @@ use purebee_engine_cpu::{CpuEngine, CpuOptions, SimdLevel};
 use purebee_engine_gpu::{GpuEngine, GpuError, GpuOptions};
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
-use purebee_runtime::QuantizedActivations;
+use purebee_runtime::{KvCacheTypes, QuantizedActivations};
 
 use crate::LoadError;
 
@@ -39,6 +39,8 @@ pub struct EngineSpec {
     ///
     /// [`GgufFile::read`]: purebee_memory::gguf::GgufFile::read
     pub no_mmap: bool,
+    /// The dtypes of the KV caches (`-ctk`, `-ctv`: F16 both by default, as llama.cpp's).
+    pub kv_cache: KvCacheTypes,
 }
 
 /// An engine as created, with what its creator should tell the user.

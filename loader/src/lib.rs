@@ -26,8 +26,10 @@ pub fn open_file(path: &Path, spec: &EngineSpec) -> Result<GgufFile, LoadError> 
     Ok(if spec.no_mmap { GgufFile::read(path)? } else { GgufFile::open(path)? })
 }
 
-/// Loads the weights of `file` onto `engine`, feeding block-quantized weights as `spec`
-/// says.
+/// Loads the weights of `file` onto `engine`, feeding block-quantized weights and typing
+/// the KV caches of its sessions as `spec` says.
 pub fn load_model(spec: &EngineSpec, engine: DynEngine, file: &GgufFile) -> Result<Model<DynEngine>, LoadError> {
-    Ok(Model::load_with(engine, file, spec.activations)?)
+    let mut model = Model::load_with(engine, file, spec.activations)?;
+    model.set_kv_cache_types(spec.kv_cache);
+    Ok(model)
 }

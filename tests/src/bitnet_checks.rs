@@ -7,7 +7,7 @@
 
 use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::{LogitsRows, Model, Session};
+use purebee_runtime::{KvCacheTypes, LogitsRows, Model, Session};
 
 use crate::{golden, read_npy, tiny, Npy};
 
@@ -50,6 +50,8 @@ pub struct Loaded<E: Engine> {
 fn load<E: Engine>(model: &str, engine: E) -> Loaded<E> {
     let file = GgufFile::open(tiny(&format!("{model}.gguf"))).expect("fixture opens");
     let mut model = Model::load(engine, &file).expect("model loads");
+    // F32 caches: the bounds and goldens here are F32 references'.
+    model.set_kv_cache_types(KvCacheTypes::F32);
     let session = model.new_session(256).expect("session allocates");
     Loaded { model, session }
 }

@@ -8,7 +8,7 @@ use purebee_memory::gguf::{GgufFile, GgufWriter};
 use purebee_runtime::chat::{tokenize_prompt, ChatError, ChatMessage, ChatTemplate, Conversation, CHAT_TEMPLATE_KEY};
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::tokenizer::Tokenizer;
-use purebee_runtime::{generate, GenerateOptions, Model, Session, StopReason};
+use purebee_runtime::{generate, GenerateOptions, KvCacheTypes, Model, Session, StopReason};
 use purebee_tests::{fixtures_dir, smollm2_gguf, tiny};
 
 const TINY: &str = "tiny_b158_f32.gguf";
@@ -48,6 +48,8 @@ fn tiny_conversation(n_ctx: usize) -> Conversation<RefEngine> {
 
 fn model_and_session(file: &GgufFile, n_ctx: usize) -> (Model<RefEngine>, Session) {
     let mut model = Model::load(RefEngine::new(), file).expect("model loads");
+    // F32 caches: the bounds and goldens here are F32 references'.
+    model.set_kv_cache_types(KvCacheTypes::F32);
     let session = model.new_session(n_ctx).expect("session allocates");
     (model, session)
 }

@@ -9,14 +9,16 @@ use purebee_engine_ref::RefEngine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::{
-    generate, generate_reusing_cache, GenerateOptions, Generator, LogitsRows, Model, ModelError, Prefill, Session,
-    StopReason,
+    generate, generate_reusing_cache, GenerateOptions, Generator, KvCacheTypes, LogitsRows, Model, ModelError, Prefill,
+    Session, StopReason,
 };
 use purebee_tests::{case_ids as ids, greedy_ignoring_eos as greedy, tiny};
 
 fn load(model: &str, n_ctx: usize) -> (Model<RefEngine>, Session) {
     let file = GgufFile::open(tiny(&format!("{model}.gguf"))).expect("fixture opens");
     let mut model = Model::load(RefEngine::new(), &file).expect("model loads");
+    // F32 caches: the bounds and goldens here are F32 references'.
+    model.set_kv_cache_types(KvCacheTypes::F32);
     let session = model.new_session(n_ctx).expect("session allocates");
     (model, session)
 }
@@ -127,6 +129,8 @@ fn generating_after_a_cached_prefix_equals_generating_from_scratch() {
 fn interleaved_sessions_and_chunked_prefill_give_the_ids_of_one_generation_alone() {
     let file = GgufFile::open(tiny("tiny_b158_f32.gguf")).expect("fixture opens");
     let mut model = Model::load(RefEngine::new(), &file).expect("model loads");
+    // F32 caches: the bounds and goldens here are F32 references'.
+    model.set_kv_cache_types(KvCacheTypes::F32);
     let mut a = model.new_session(64).expect("session a");
     let mut b = model.new_session(64).expect("session b");
     let prompts = [ids("tiny_b158_f32", "p16", "prompt_token_ids"), ids("tiny_b158_f32", "ids16", "prompt_token_ids")];

@@ -32,7 +32,7 @@ use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::tokenizer::Tokenizer;
-use purebee_runtime::{generate, GenerateOptions, LogitsRows, Model, QuantizedActivations, StopReason};
+use purebee_runtime::{generate, GenerateOptions, KvCacheTypes, LogitsRows, Model, QuantizedActivations, StopReason};
 use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
 use purebee_tests::{fixtures_dir, read_npy, smollm2_gguf};
 
@@ -118,6 +118,8 @@ fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivation
     let file = GgufFile::open(path).expect("SmolLM2 opens");
     let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
     let mut model = Model::load_with(engine, &file, acts).expect("model loads");
+    // F32 caches: the bounds and goldens here are F32 references'.
+    model.set_kv_cache_types(KvCacheTypes::F32);
     let mut session = model.new_session(256).expect("session allocates");
     let name = format!("{} ({acts:?} activations)", model.engine().name());
     let vocab = model.config().n_vocab;
