@@ -1,5 +1,6 @@
 //! Server-sent events in OpenAI's order: the role delta (chat), content deltas (whole
-//! characters, as the engine sends them), the chunk with `finish_reason`, the usage chunk
+//! characters, as the engine sends them, each with the log-probabilities of the tokens
+//! whose text it releases when they were asked for: see `engine::LoggedToken`), the chunk with `finish_reason`, the usage chunk
 //! with `"choices": []` when `stream_options.include_usage` is set, then `data: [DONE]`. An
 //! error after the stream started is one `data: {"error": {...}}` event, and the stream ends.
 //!
@@ -63,10 +64,10 @@ impl Stream {
             }
             Phase::Relaying => loop {
                 match self.events.recv().await {
-                    Some(Event::Text(text)) if !text.is_empty() => {
-                        return Some(data(&Chunk::content(&self.meta, &text, self.include_usage)))
+                    Some(Event::Text(text, tokens)) if !text.is_empty() => {
+                        return Some(data(&Chunk::content(&self.meta, &text, &tokens, self.include_usage)))
                     }
-                    Some(Event::Text(_) | Event::Started) => {}
+                    Some(Event::Text(..) | Event::Started) => {}
                     Some(Event::Done(finish)) => {
                         self.phase = Phase::Ended;
                         let mut out = data(&Chunk::finish(&self.meta, &finish, self.include_usage)).to_vec();
@@ -142,8 +143,12 @@ mod tests {
 
     #[test]
     fn a_chat_stream_sends_role_content_finish_usage_done() {
-        let events =
-            vec![Event::Text("a".into()), Event::Text(String::new()), Event::Text("b".into()), Event::Done(finish())];
+        let events = vec![
+            Event::Text("a".into(), vec![]),
+            Event::Text(String::new(), vec![]),
+            Event::Text("b".into(), vec![]),
+            Event::Done(finish()),
+        ];
         let got = runtime().block_on(collect(Api::Chat, true, events));
         assert_eq!(got.len(), 6, "{got:#?}");
         assert!(got[0].contains(r#""delta":{"role":"assistant","content":""}"#), "{}", got[0]);
@@ -155,8 +160,11 @@ mod tests {
 
     #[test]
     fn a_completion_stream_without_usage_has_no_role_and_no_usage_chunk() {
-        let got =
-            runtime().block_on(collect(Api::Completion, false, vec![Event::Text("x".into()), Event::Done(finish())]));
+        let got = runtime().block_on(collect(
+            Api::Completion,
+            false,
+            vec![Event::Text("x".into(), vec![]), Event::Done(finish())],
+        ));
         assert_eq!(got.len(), 3, "{got:#?}");
         assert!(got[0].contains(r#""text":"x""#) && !got[0].contains("usage"), "{}", got[0]);
         assert!(got[1].contains(r#""finish_reason":"length""#), "{}", got[1]);
@@ -165,7 +173,7 @@ mod tests {
 
     #[test]
     fn an_error_after_the_start_is_an_error_event_that_ends_the_stream() {
-        let got = runtime().block_on(collect(Api::Chat, false, vec![Event::Text("x".into())]));
+        let got = runtime().block_on(collect(Api::Chat, false, vec![Event::Text("x".into(), vec![])]));
         assert_eq!(got.len(), 3, "{got:#?}");
         assert!(got[2].starts_with(r#"data: {"error":{"code":500"#), "{}", got[2]);
         let got = runtime().block_on(collect(Api::Completion, false, vec![Event::Failed(ApiError::server("boom"))]));

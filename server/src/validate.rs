@@ -11,6 +11,11 @@ use crate::api_error::ApiError;
 use crate::body::{fields, json_kind};
 use crate::protocol::request::Sampling;
 
+/// The most top log-probabilities `/v1/completions` reports per token (`logprobs`).
+pub const MAX_COMPLETION_LOGPROBS: u64 = 5;
+/// The most top log-probabilities `/v1/chat/completions` reports per token (`top_logprobs`).
+pub const MAX_CHAT_TOP_LOGPROBS: u64 = 20;
+
 /// The most stop strings a request may give.
 pub const MAX_STOP_STRINGS: usize = 16;
 
@@ -29,6 +34,9 @@ pub struct Params {
     pub stream: bool,
     /// Send a usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// Report log-probabilities, with this many top alternatives per token (`None`: none).
+    /// Set by the route ([`completion_logprobs`], [`chat_logprobs`]).
+    pub logprobs: Option<usize>,
 }
 
 /// Refuses options that would change the answer's shape or meaning in ways the server does
@@ -38,8 +46,6 @@ pub fn reject_unsupported(body: &Map<String, Value>) -> Result<(), ApiError> {
         let accepted = match name.as_str() {
             "n" | "best_of" => value.is_null() || value.as_u64() == Some(1),
             "echo" => value.is_null() || value == &Value::Bool(false),
-            "logprobs" => value.is_null() || value == &Value::Bool(false) || value.as_u64() == Some(0),
-            "top_logprobs" => value.is_null() || value.as_u64() == Some(0),
             "logit_bias" => value.is_null() || value.as_object().is_some_and(Map::is_empty),
             "tools" | "functions" => value.is_null() || value.as_array().is_some_and(Vec::is_empty),
             "tool_choice" | "function_call" => value.is_null() || value.as_str() == Some("none"),
@@ -145,7 +151,57 @@ pub fn params(body: &Map<String, Value>, n_vocab: usize, n_ctx: usize) -> Result
         ignore_eos: s.ignore_eos.unwrap_or(false),
         stream,
         include_usage: stream && s.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+        logprobs: None,
     })
+}
+
+/// `/v1/completions`' `logprobs`: null or absent (none), or an integer in
+/// `0..=`[`MAX_COMPLETION_LOGPROBS`]: each token's log-probability and that many top ones'.
+/// `top_logprobs` is chat's field: only null is accepted here.
+pub fn completion_logprobs(body: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    if let Some(v) = body.get("top_logprobs").filter(|v| !v.is_null()) {
+        return Err(ApiError::invalid(format!(
+            "top_logprobs: {v} is not supported by /v1/completions (use logprobs: 0 to {MAX_COMPLETION_LOGPROBS})"
+        )));
+    }
+    match body.get("logprobs") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_COMPLETION_LOGPROBS => Ok(Some(n as usize)),
+            _ => Err(ApiError::invalid(format!(
+                "logprobs: {v} is invalid: must be an integer in 0..={MAX_COMPLETION_LOGPROBS} (or null)"
+            ))),
+        },
+    }
+}
+
+/// `/v1/chat/completions`' `logprobs` (a boolean; absent or null: false) and `top_logprobs`
+/// (an integer in `0..=`[`MAX_CHAT_TOP_LOGPROBS`], only with `logprobs: true`; absent or
+/// null: 0).
+pub fn chat_logprobs(body: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let on = match body.get("logprobs") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(ApiError::invalid(format!("logprobs: expected a boolean, got {}", json_kind(v)))),
+    };
+    let top = match body.get("top_logprobs") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n <= MAX_CHAT_TOP_LOGPROBS => Some(n as usize),
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "top_logprobs: {v} is invalid: must be an integer in 0..={MAX_CHAT_TOP_LOGPROBS} (or null)"
+                )))
+            }
+        },
+    };
+    match (on, top) {
+        (false, Some(n)) => {
+            Err(ApiError::invalid(format!("top_logprobs: {n} needs logprobs: true (log-probabilities are off)")))
+        }
+        (false, None) => Ok(None),
+        (true, top) => Ok(Some(top.unwrap_or(0))),
+    }
 }
 
 /// A float field: its default when absent, else checked by `ok` (and finite as an f32).
@@ -256,13 +312,46 @@ mod tests {
         assert!(error(json!({"n": 2})).contains("n: 2 is not supported (only 1 is supported)"));
         assert!(error(json!({"best_of": 3})).contains("best_of:"));
         assert!(error(json!({"echo": true})).contains("echo:"));
-        assert!(error(json!({"logprobs": true})).contains("logprobs:"));
-        assert!(error(json!({"logprobs": 5})).contains("logprobs:"));
         assert!(error(json!({"tools": [{"type": "function"}]})).contains("tools:"));
         assert!(error(json!({"response_format": {"type": "json_object"}})).contains("response_format:"));
-        let ok = json!({"n": 1, "best_of": 1, "echo": false, "logprobs": false, "top_logprobs": 0, "logit_bias": {},
+        let ok = json!({"n": 1, "best_of": 1, "echo": false, "logit_bias": {},
                         "tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "user": "u"});
         assert!(check(ok).is_ok());
+    }
+
+    fn map(body: Value) -> Map<String, Value> {
+        let Value::Object(map) = body else { panic!("not an object") };
+        map
+    }
+
+    #[test]
+    fn completion_logprobs_are_0_to_5() {
+        let lp = |b: Value| completion_logprobs(&map(b)).map_err(|e| e.to_string());
+        assert_eq!(lp(json!({})), Ok(None));
+        assert_eq!(lp(json!({"logprobs": null})), Ok(None));
+        assert_eq!(lp(json!({"logprobs": 0})), Ok(Some(0)));
+        assert_eq!(lp(json!({"logprobs": 5})), Ok(Some(5)));
+        for bad in [json!(6), json!(-1), json!(true), json!(1.5), json!("2")] {
+            let e = lp(json!({ "logprobs": bad })).expect_err("refused");
+            assert!(e.contains("logprobs:") && e.contains("0..=5"), "{e}");
+        }
+        assert!(lp(json!({"top_logprobs": 2})).expect_err("chat's field").contains("top_logprobs:"));
+    }
+
+    #[test]
+    fn chat_logprobs_are_a_flag_and_0_to_20_top_ones() {
+        let lp = |b: Value| chat_logprobs(&map(b)).map_err(|e| e.to_string());
+        assert_eq!(lp(json!({})), Ok(None));
+        assert_eq!(lp(json!({"logprobs": false})), Ok(None));
+        assert_eq!(lp(json!({"logprobs": true})), Ok(Some(0)));
+        assert_eq!(lp(json!({"logprobs": true, "top_logprobs": 20})), Ok(Some(20)));
+        assert_eq!(lp(json!({"logprobs": false, "top_logprobs": null})), Ok(None));
+        assert!(lp(json!({"logprobs": 3})).expect_err("a boolean").contains("logprobs: expected a boolean"));
+        let e = lp(json!({"logprobs": true, "top_logprobs": 21})).expect_err("too many");
+        assert!(e.contains("top_logprobs: 21 is invalid"), "{e}");
+        assert!(lp(json!({"logprobs": true, "top_logprobs": -1})).expect_err("negative").contains("top_logprobs:"));
+        let e = lp(json!({"top_logprobs": 2})).expect_err("needs logprobs");
+        assert!(e.contains("top_logprobs: 2 needs logprobs: true"), "{e}");
     }
 
     #[test]

@@ -115,8 +115,18 @@ fn best_of_is_refused_by_name() {
 }
 
 #[test]
-fn logprobs_are_refused_by_name() {
-    chat(json!({"messages": hello(), "logprobs": true})).expect_error(400, "invalid_request_error", "logprobs");
+fn logprobs_out_of_range_are_400_naming_the_field() {
+    // The answers' shapes are checked in logprobs.rs.
+    completion(json!({"prompt": "x", "logprobs": 6})).expect_error(400, "invalid_request_error", "logprobs: 6");
+    completion(json!({"prompt": "x", "logprobs": true})).expect_error(400, "invalid_request_error", "logprobs:");
+    chat(json!({"messages": hello(), "logprobs": 2})).expect_error(400, "invalid_request_error", "logprobs:");
+    chat(json!({"messages": hello(), "logprobs": true, "top_logprobs": 21})).expect_error(
+        400,
+        "invalid_request_error",
+        "top_logprobs: 21",
+    );
+    chat(json!({"messages": hello(), "top_logprobs": 3})).expect_error(400, "invalid_request_error", "top_logprobs");
+    still_up();
 }
 
 #[test]

@@ -31,6 +31,9 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Keep going past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Report each token's log-probability and this many top alternatives' (`None`: no
+    /// log-probabilities).
+    pub logprobs: Option<usize>,
     /// Where the engine sends what happens; dropped receiver: the client went away.
     pub events: UnboundedSender<Event>,
     /// When the request arrived (for the time to its first token).
@@ -43,12 +46,35 @@ pub struct Job {
 pub enum Event {
     /// The job has a slot.
     Started,
-    /// Generated text (never splits a character, never holds a stop string).
-    Text(String),
+    /// Generated text (never splits a character, never holds a stop string), with the
+    /// log-probabilities of the tokens it releases when they were asked for (see
+    /// [`LoggedToken`] for which tokens a piece of text carries).
+    Text(String, Vec<LoggedToken>),
     /// The generation ended.
     Done(Finish),
     /// The job failed; nothing more follows.
     Failed(ApiError),
+}
+
+/// A generated token's log-probabilities, as a response reports them.
+///
+/// Which text carries which token: a token goes with the first text event that releases
+/// any byte at or after where its text begins (its `offset`). A token whose bytes end in an
+/// unfinished UTF-8 character, or whose text the stop matcher holds back, thus goes with
+/// the event that releases that text; a control token (no text) with the next text. Tokens
+/// no released text reaches are not reported: an end-of-generation token, the tokens of a
+/// stop string (and any text after it), control tokens at the very end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoggedToken {
+    /// The token's bytes (its text; a piece of a UTF-8 character possibly).
+    pub bytes: Vec<u8>,
+    /// Its log-probability under the model's raw distribution (at most 0; NaN if the logits
+    /// held NaN).
+    pub logprob: f32,
+    /// The most likely tokens' bytes and log-probabilities, most likely first.
+    pub top: Vec<(Vec<u8>, f32)>,
+    /// Where its text begins in the generated text, in characters.
+    pub offset: usize,
 }
 
 /// Why a generation ended, as `finish_reason` says it.

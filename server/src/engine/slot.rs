@@ -10,7 +10,7 @@ use purebee_runtime::batch::{RowOutput, SharedCache};
 use purebee_runtime::tokenizer::{StreamDecoder, Tokenizer};
 use purebee_runtime::{Generator, Model, ModelError, NextRows, Prefill};
 
-use super::{Event, Finish, FinishReason, Job};
+use super::{Event, Finish, FinishReason, Job, LoggedToken};
 use crate::api_error::ApiError;
 use crate::metrics::{Metrics, Outcome, Phase};
 use crate::stop::StopMatcher;
@@ -35,6 +35,13 @@ struct Active<'t> {
     decode_time: Duration,
     /// When the last token was sent (for the time between tokens).
     last_token: Option<Instant>,
+    /// Log-probabilities of tokens whose text was not released yet, each with the byte
+    /// offset where its text begins in the decoded text (see [`LoggedToken`]).
+    pending: Vec<(usize, LoggedToken)>,
+    /// Bytes the decoder has given so far.
+    decoded: usize,
+    /// Bytes and characters of text sent so far.
+    sent: (usize, usize),
 }
 
 impl<'t> Slot<'t> {
@@ -65,7 +72,7 @@ impl<'t> Slot<'t> {
         prefill_chunk: usize,
     ) {
         let generator = match Generator::in_shared_cache(cache, self.seq, &job.prompt, job.sampler.clone()) {
-            Ok(g) => g.prefill(Prefill::Chunks(prefill_chunk)),
+            Ok(g) => g.prefill(Prefill::Chunks(prefill_chunk)).logprobs(job.logprobs),
             Err(e) => {
                 // The handler checked the prompt and settings; this is a last line of defence.
                 let error = match e {
@@ -91,6 +98,9 @@ impl<'t> Slot<'t> {
             prompt_time: Duration::ZERO,
             decode_time: Duration::ZERO,
             last_token: None,
+            pending: Vec::new(),
+            decoded: 0,
+            sent: (0, 0),
         });
     }
 
@@ -146,10 +156,15 @@ impl<'t> Slot<'t> {
             self.finish(FinishReason::Stop, cx.metrics);
             return;
         }
-        let pushed = a.stop.push(&a.decoder.push(token));
-        if !pushed.text.is_empty() {
-            let _ = a.job.events.send(Event::Text(pushed.text));
+        let decoded = a.decoder.push(token);
+        if let Some(lp) = a.generator.last_logprobs() {
+            let bytes = |t: u32| cx.tokenizer.decode_token(t).to_vec();
+            let top = lp.top.iter().map(|&(t, l)| (bytes(t), l)).collect();
+            a.pending.push((a.decoded, LoggedToken { bytes: bytes(token), logprob: lp.logprob, top, offset: 0 }));
         }
+        a.decoded += decoded.len();
+        let pushed = a.stop.push(&decoded);
+        a.send(pushed.text);
         if pushed.stopped {
             // Whatever follows the stop string, held bytes included, is never sent.
             self.done(FinishReason::Stop, cx.metrics);
@@ -179,14 +194,13 @@ impl<'t> Slot<'t> {
     pub fn finish(&mut self, reason: FinishReason, metrics: &Metrics) {
         let Some(a) = self.active.as_mut() else { return };
         let tail = a.decoder.finish();
+        a.decoded += tail.len();
         let pushed = a.stop.push(&tail);
         let mut text = pushed.text;
         if !pushed.stopped {
             text.push_str(&a.stop.finish());
         }
-        if !text.is_empty() {
-            let _ = a.job.events.send(Event::Text(text));
-        }
+        a.send(text);
         self.done(if pushed.stopped { FinishReason::Stop } else { reason }, metrics);
     }
 
@@ -216,6 +230,31 @@ impl<'t> Slot<'t> {
                 let _ = a.job.events.send(event);
             }
         }
+    }
+}
+
+impl Active<'_> {
+    /// Sends `text` (if any) with the log-probabilities of the tokens it releases: those
+    /// whose text begins before its end ([`LoggedToken`]).
+    fn send(&mut self, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        let (bytes_before, chars_before) = self.sent;
+        let end = bytes_before + text.len();
+        let released = self.pending.iter().take_while(|(start, _)| *start < end).count();
+        let tokens = self
+            .pending
+            .drain(..released)
+            .map(|(start, mut t)| {
+                let within = start.saturating_sub(bytes_before).min(text.len());
+                let chars = text.get(..within).map_or(within, |s| s.chars().count());
+                t.offset = chars_before + chars;
+                t
+            })
+            .collect();
+        self.sent = (end, chars_before + text.chars().count());
+        let _ = self.job.events.send(Event::Text(text, tokens));
     }
 }
 

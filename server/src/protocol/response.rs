@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use serde_json::Value;
 
-use crate::engine::Finish;
+use crate::engine::{Finish, LoggedToken};
+use crate::protocol::logprobs;
 
 /// Which API a response belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +31,8 @@ pub struct Meta {
     pub model: String,
     /// The API.
     pub api: Api,
+    /// Whether the request asked for log-probabilities (`logprobs` is then an object).
+    pub logprobs: bool,
 }
 
 /// Tells the server's build apart, as OpenAI's `system_fingerprint` does.
@@ -44,7 +48,18 @@ impl Meta {
             Api::Chat => "chatcmpl",
             Api::Completion => "cmpl",
         };
-        Meta { id: format!("{prefix}-{n:016x}"), created: unix_time(), model: model.to_string(), api }
+        Meta { id: format!("{prefix}-{n:016x}"), created: unix_time(), model: model.to_string(), api, logprobs: false }
+    }
+
+    /// `logprobs` of these tokens in this API's shape, or `null` when none were asked for.
+    fn logprobs(&self, tokens: &[LoggedToken]) -> Option<Value> {
+        if !self.logprobs {
+            return None;
+        }
+        Some(match self.api {
+            Api::Chat => logprobs::chat(tokens),
+            Api::Completion => logprobs::completion(tokens),
+        })
     }
 
     fn object(&self, chunk: bool) -> &'static str {
@@ -146,8 +161,8 @@ pub struct Completion {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Choice {
-    Chat { index: u32, message: AssistantMessage, logprobs: Option<()>, finish_reason: &'static str },
-    Text { index: u32, text: String, logprobs: Option<()>, finish_reason: &'static str },
+    Chat { index: u32, message: AssistantMessage, logprobs: Option<Value>, finish_reason: &'static str },
+    Text { index: u32, text: String, logprobs: Option<Value>, finish_reason: &'static str },
 }
 
 #[derive(Debug, Serialize)]
@@ -157,17 +172,18 @@ struct AssistantMessage {
 }
 
 impl Completion {
-    /// The answer `text`, ended by `finish`.
-    pub fn new(meta: &Meta, text: String, finish: &Finish) -> Completion {
+    /// The answer `text`, ended by `finish`, with its tokens' log-probabilities when asked.
+    pub fn new(meta: &Meta, text: String, tokens: &[LoggedToken], finish: &Finish) -> Completion {
         let finish_reason = finish.reason.as_str();
+        let logprobs = meta.logprobs(tokens);
         let choice = match meta.api {
             Api::Chat => Choice::Chat {
                 index: 0,
                 message: AssistantMessage { role: "assistant", content: text },
-                logprobs: None,
+                logprobs,
                 finish_reason,
             },
-            Api::Completion => Choice::Text { index: 0, text, logprobs: None, finish_reason },
+            Api::Completion => Choice::Text { index: 0, text, logprobs, finish_reason },
         };
         Completion {
             id: meta.id.clone(),
@@ -202,8 +218,8 @@ pub struct Chunk {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum ChunkChoice {
-    Chat { index: u32, delta: Delta, logprobs: Option<()>, finish_reason: Option<&'static str> },
-    Text { index: u32, text: String, logprobs: Option<()>, finish_reason: Option<&'static str> },
+    Chat { index: u32, delta: Delta, logprobs: Option<Value>, finish_reason: Option<&'static str> },
+    Text { index: u32, text: String, logprobs: Option<Value>, finish_reason: Option<&'static str> },
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -228,29 +244,36 @@ impl Chunk {
         }
     }
 
-    fn choice(meta: &Meta, delta: Delta, text: String, finish_reason: Option<&'static str>) -> ChunkChoice {
+    fn choice(
+        meta: &Meta,
+        delta: Delta,
+        text: String,
+        logprobs: Option<Value>,
+        finish_reason: Option<&'static str>,
+    ) -> ChunkChoice {
         match meta.api {
-            Api::Chat => ChunkChoice::Chat { index: 0, delta, logprobs: None, finish_reason },
-            Api::Completion => ChunkChoice::Text { index: 0, text, logprobs: None, finish_reason },
+            Api::Chat => ChunkChoice::Chat { index: 0, delta, logprobs, finish_reason },
+            Api::Completion => ChunkChoice::Text { index: 0, text, logprobs, finish_reason },
         }
     }
 
     /// The first chat chunk: the assistant's role, empty content.
     pub fn role(meta: &Meta, include_usage: bool) -> Chunk {
         let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
-        Chunk::new(meta, vec![Chunk::choice(meta, delta, String::new(), None)], include_usage)
+        Chunk::new(meta, vec![Chunk::choice(meta, delta, String::new(), None, None)], include_usage)
     }
 
-    /// A piece of text.
-    pub fn content(meta: &Meta, text: &str, include_usage: bool) -> Chunk {
+    /// A piece of text, with the log-probabilities of the tokens it releases when asked.
+    pub fn content(meta: &Meta, text: &str, tokens: &[LoggedToken], include_usage: bool) -> Chunk {
         let delta = Delta { role: None, content: Some(text.to_string()) };
-        Chunk::new(meta, vec![Chunk::choice(meta, delta, text.to_string(), None)], include_usage)
+        let logprobs = meta.logprobs(tokens);
+        Chunk::new(meta, vec![Chunk::choice(meta, delta, text.to_string(), logprobs, None)], include_usage)
     }
 
     /// The chunk that carries `finish_reason` (and, without a usage chunk to follow, the
     /// timings).
     pub fn finish(meta: &Meta, finish: &Finish, include_usage: bool) -> Chunk {
-        let choice = Chunk::choice(meta, Delta::default(), String::new(), Some(finish.reason.as_str()));
+        let choice = Chunk::choice(meta, Delta::default(), String::new(), None, Some(finish.reason.as_str()));
         let mut chunk = Chunk::new(meta, vec![choice], include_usage);
         if !include_usage {
             chunk.timings = Some(finish.into());
@@ -294,7 +317,7 @@ mod tests {
     #[test]
     fn a_chat_answer_has_openais_fields() {
         let meta = Meta::new(Api::Chat, "m");
-        let v = json_of(&Completion::new(&meta, "hi".to_string(), &finish()));
+        let v = json_of(&Completion::new(&meta, "hi".to_string(), &[], &finish()));
         assert_eq!(v["object"], "chat.completion");
         assert!(v["id"].as_str().is_some_and(|id| id.starts_with("chatcmpl-")));
         assert_eq!(
@@ -317,7 +340,7 @@ mod tests {
         assert_eq!(role["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
         assert_eq!(role["usage"], Value::Null);
         assert!(role.as_object().is_some_and(|o| o.contains_key("usage")));
-        let text = json_of(&Chunk::content(&meta, "é", false));
+        let text = json_of(&Chunk::content(&meta, "é", &[], false));
         assert_eq!(text["choices"][0]["delta"], json!({"content": "é"}));
         assert!(text.get("usage").is_none());
         let fin = json_of(&Chunk::finish(&meta, &finish(), true));
@@ -331,7 +354,7 @@ mod tests {
     #[test]
     fn completion_chunks_carry_text() {
         let meta = Meta::new(Api::Completion, "m");
-        let v = json_of(&Chunk::content(&meta, "abc", false));
+        let v = json_of(&Chunk::content(&meta, "abc", &[], false));
         assert_eq!(v["object"], "text_completion");
         assert_eq!(v["choices"][0], json!({"index": 0, "text": "abc", "logprobs": null, "finish_reason": null}));
     }

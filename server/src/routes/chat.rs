@@ -14,7 +14,8 @@ use crate::{prompt, validate};
 
 pub async fn handle(State(state): State<Arc<AppState>>, JsonObject(body): JsonObject) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let params = validate::params(&body, ready.n_vocab, ready.n_ctx)?;
+    let mut params = validate::params(&body, ready.n_vocab, ready.n_ctx)?;
+    params.logprobs = validate::chat_logprobs(&body)?;
     let chat: ChatFields = fields(&body)?;
     let ids = super::off_the_workers(&state, move |ready| prompt::chat(ready, chat.messages)).await?;
     super::generate::answer(ready, Meta::new(Api::Chat, &state.model_id), ids, params).await

@@ -18,8 +18,9 @@ use crate::stream;
 use crate::validate::Params;
 
 /// Runs a generation of `prompt` and answers it as `meta` says.
-pub async fn answer(ready: &Ready, meta: Meta, prompt: Vec<u32>, params: Params) -> Result<Response, ApiError> {
+pub async fn answer(ready: &Ready, mut meta: Meta, prompt: Vec<u32>, params: Params) -> Result<Response, ApiError> {
     check_fits(&prompt, ready.n_ctx)?;
+    meta.logprobs = params.logprobs.is_some();
     let (events, mut receiver) = unbounded_channel();
     ready.submitter.submit(Job {
         prompt,
@@ -27,6 +28,7 @@ pub async fn answer(ready: &Ready, meta: Meta, prompt: Vec<u32>, params: Params)
         max_tokens: params.max_tokens,
         stop: params.stop,
         ignore_eos: params.ignore_eos,
+        logprobs: params.logprobs,
         events,
         received: std::time::Instant::now(),
     })?;
@@ -45,12 +47,17 @@ pub async fn answer(ready: &Ready, meta: Meta, prompt: Vec<u32>, params: Params)
 
 /// Collects the text until the end and answers it in one piece.
 async fn whole(meta: Meta, mut receiver: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
-    let mut text = String::new();
+    let (mut text, mut tokens) = (String::new(), Vec::new());
     loop {
         match receiver.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Text(t, logged)) => {
+                text.push_str(&t);
+                tokens.extend(logged);
+            }
             Some(Event::Started) => {}
-            Some(Event::Done(finish)) => return Ok(super::json(&Completion::new(&meta, text, &finish)).into_response()),
+            Some(Event::Done(finish)) => {
+                return Ok(super::json(&Completion::new(&meta, text, &tokens, &finish)).into_response())
+            }
             Some(Event::Failed(e)) => return Err(e),
             None => return Err(ApiError::server("the engine stopped before the answer was complete")),
         }
