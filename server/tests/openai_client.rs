@@ -1,6 +1,6 @@
 //! The official `openai` Python package (pinned in `tests/openai/requirements.txt`) against
 //! a started server: `tests/openai/check_client.py` drives chat and completions, streaming
-//! and not, usage chunks, stop strings, the prompt cache and typed errors.
+//! and not, usage chunks, stop strings, the prompt cache, log-probabilities and typed errors.
 //!
 //! `PUREBEE_TEST_PYTHON` names the python that has the package (`scripts/test.sh` sets it
 //! from `scripts/python-env.sh`); without it this test fails saying so, unless

@@ -3,7 +3,7 @@
 Usage: check_client.py BASE_URL API_KEY   (BASE_URL ends in /v1)
 
 Checks chat and completions, streaming and not, stream_options.include_usage, stop
-strings, the prompt cache, and that errors come back as the client's typed exceptions.
+strings, the prompt cache, log-probabilities on both, and that errors come back as the client's typed exceptions.
 Greedy decoding (temperature 0) and ignore_eos make every answer deterministic. Exits
 non-zero on the first failed check; prints one line per check.
 """
@@ -73,6 +73,28 @@ check(stopped.choices[0].text == expected and stopped.choices[0].finish_reason =
       f"a stop string ({stop!r}) ends the text before it")
 stopped_chunks = list(client.completions.create(model=model, prompt=prompt, max_tokens=24, stop=stop, stream=True, **greedy))
 check("".join(c.choices[0].text for c in stopped_chunks) == expected, "a streamed stop string is never sent")
+
+# Log-probabilities, parsed into the client's own types.
+lp = client.chat.completions.create(model=model, messages=messages, max_tokens=6, logprobs=True, top_logprobs=3, **greedy)
+content = lp.choices[0].logprobs.content
+check(len(content) >= 1 and all(len(t.top_logprobs) == 3 for t in content), "chat logprobs: content with 3 top ones")
+check(all(t.logprob <= 0 and t.top_logprobs[0].token == t.token and t.top_logprobs[0].logprob == t.logprob
+          for t in content), "chat logprobs: greedy picks the top token, every log-probability <= 0")
+lp_chunks = list(client.chat.completions.create(
+    model=model, messages=messages, max_tokens=6, logprobs=True, top_logprobs=3, stream=True, **greedy))
+streamed_lp = [t for c in lp_chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+check(streamed_lp == content, "chat logprobs: the stream's chunks carry the whole answer's")
+legacy = client.completions.create(model=model, prompt=prompt, max_tokens=6, logprobs=2, **greedy).choices[0].logprobs
+check(len(legacy.tokens) == len(legacy.token_logprobs) == len(legacy.top_logprobs) == len(legacy.text_offset) >= 1,
+      "completion logprobs: tokens, token_logprobs, top_logprobs, text_offset")
+check(all(max(t.values()) == l for t, l in zip(legacy.top_logprobs, legacy.token_logprobs)),
+      "completion logprobs: greedy's token is the most likely")
+
+try:
+    client.chat.completions.create(model=model, messages=messages, top_logprobs=2)
+    check(False, "top_logprobs without logprobs is refused")
+except openai.BadRequestError as e:
+    check("top_logprobs" in e.message, "top_logprobs without logprobs is a BadRequestError naming it")
 
 try:
     client.chat.completions.create(model=model, messages=messages, n=2)
