@@ -86,7 +86,7 @@ fn log_sum_exp(row: &[f32]) -> f32 {
     if nan {
         return f32::NAN;
     }
-    if max == f32::INFINITY || max == f32::NEG_INFINITY {
+    if max.is_infinite() {
         return max;
     }
     let sum: f64 = row.iter().map(|&v| f64::from((v - max).exp())).sum();

@@ -43,7 +43,7 @@ pub(crate) fn log_sum_exp(row: &[f32]) -> f32 {
         return f32::NAN;
     }
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::INFINITY || max == f32::NEG_INFINITY {
+    if max.is_infinite() {
         return max;
     }
     let max = f64::from(max);
