@@ -167,3 +167,33 @@ fn logprobs_are_the_same_alone_and_batched_with_three_other_requests() {
     }
     assert_eq!(alone, batched);
 }
+
+#[test]
+fn a_stop_string_keeps_the_tokens_whose_text_was_sent() {
+    // The greedy text, then the same request stopped at a piece of its middle: the reported
+    // tokens are those whose text begins before the stop string; their text covers the
+    // answer and at most runs into the stop string.
+    let full = post("/v1/completions", &completion_request(1));
+    let text = full["choices"][0]["text"].as_str().expect("text").to_string();
+    let chars: Vec<char> = text.chars().collect();
+    let Some(at) = (chars.len() / 2..chars.len()).find(|&i| !chars[i].is_whitespace()) else { return };
+    let stop: String = chars[at..(at + 2).min(chars.len())].iter().collect();
+    let expected = &text[..text.find(&stop).expect("the stop string is in the text")];
+    let mut request = completion_request(1);
+    request["stop"] = json!([stop]);
+    let whole = post("/v1/completions", &request);
+    assert_eq!(whole["choices"][0]["text"].as_str(), Some(expected), "{whole}");
+    assert_eq!(whole["choices"][0]["finish_reason"], "stop");
+    let lp = &whole["choices"][0]["logprobs"];
+    let joined: String = lp["tokens"].as_array().expect("tokens").iter().filter_map(Value::as_str).collect();
+    assert!(joined.starts_with(expected) && text.starts_with(&joined), "{joined:?} vs {expected:?} in {text:?}");
+    let offsets: Vec<u64> = lp["text_offset"].as_array().expect("offsets").iter().filter_map(Value::as_u64).collect();
+    assert!(offsets.iter().all(|&o| (o as usize) < expected.chars().count().max(1)), "{lp}");
+    // Streamed: the same tokens.
+    let streamed: Vec<Value> = chunks("/v1/completions", &request)
+        .iter()
+        .filter_map(|c| c["choices"][0]["logprobs"]["tokens"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(Some(&streamed), lp["tokens"].as_array());
+}
