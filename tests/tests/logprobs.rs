@@ -4,17 +4,19 @@
 //! and the top ones come in rank order; they agree with the ones computed on the host from
 //! the whole row (`Generator::full_rows`: bit for bit on the reference engine, whose TOP_K
 //! computes the log-sum-exp the same way, and within TOP_K's log-sum-exp tolerance on the
-//! CPU engine); a sampled token's log-probability is known (it is drawn from the
+//! CPU and GPU engines); a sampled token's log-probability is known (it is drawn from the
 //! candidates); and a sequence's log-probabilities are bit-identical alone and batched with
-//! other sequences.
+//! other sequences (on the reference and CPU engines).
 
 use purebee_engine_cpu::{CpuEngine, CpuOptions};
+use purebee_engine_gpu::GpuOptions;
 use purebee_engine_ref::RefEngine;
 use purebee_isa::Engine;
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::batch::{BatchRows, SharedCache, PAGE_SIZE};
 use purebee_runtime::sampler::SamplerConfig;
 use purebee_runtime::{Generator, Model, TokenLogprobs};
+use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
 use purebee_tests::{case_ids, tiny};
 
 const MODEL: &str = "tiny_b158_tq2_0";
@@ -85,7 +87,7 @@ fn tolerance(n_vocab: usize, logprob: f32) -> f64 {
     (3.0 * n_vocab as f64 + 64.0) * u + 4.0 * u * (f64::from(logprob).abs() + 64.0)
 }
 
-fn check<E: Engine>(mut model: Model<E>, what: &str, exact_host: bool) {
+fn check<E: Engine>(mut model: Model<E>, what: &str, exact_host: bool, batch_invariant: bool) {
     let n_vocab = model.config().n_vocab;
     let mut cache = model.new_shared_cache(8 * PAGE_SIZE, 4).expect("shared cache");
     let prompt = case_ids(MODEL, "p16", "prompt_token_ids");
@@ -138,6 +140,9 @@ fn check<E: Engine>(mut model: Model<E>, what: &str, exact_host: bool) {
         }
     }
 
+    if !batch_invariant {
+        return;
+    }
     // Batch invariance: sequence 0's log-probabilities alone and with three others.
     let together = run(
         &mut model,
@@ -156,12 +161,23 @@ fn check<E: Engine>(mut model: Model<E>, what: &str, exact_host: bool) {
 #[test]
 fn logprobs_on_the_reference_engine() {
     let file = GgufFile::open(tiny(&format!("{MODEL}.gguf"))).expect("fixture opens");
-    check(Model::load(RefEngine::new(), &file).expect("model loads"), "ref", true);
+    check(Model::load(RefEngine::new(), &file).expect("model loads"), "ref", true, true);
 }
 
 #[test]
 fn logprobs_on_the_cpu_engine() {
     let file = GgufFile::open(tiny(&format!("{MODEL}.gguf"))).expect("fixture opens");
     let engine = CpuEngine::new(&CpuOptions { threads: Some(2), simd: None }).expect("cpu");
-    check(Model::load(engine, &file).expect("model loads"), "cpu", false);
+    check(Model::load(engine, &file).expect("model loads"), "cpu", false, true);
+}
+
+#[test]
+fn logprobs_on_the_gpu_engine() {
+    // Its one-row and several-row kernels reduce in different orders, so batches are not
+    // compared bit for bit here (tests/batch.rs bounds them).
+    if gpu_tests_skipped() {
+        return;
+    }
+    let file = GgufFile::open(tiny(&format!("{MODEL}.gguf"))).expect("fixture opens");
+    check(Model::load(new_gpu_engine(&GpuOptions::default()), &file).expect("model loads"), "gpu", false, false);
 }
