@@ -13,12 +13,13 @@
 use purebee_engine_cpu::{CpuEngine, CpuOptions};
 use purebee_engine_gpu::GpuOptions;
 use purebee_engine_ref::RefEngine;
-use purebee_isa::Engine;
+use purebee_isa::{DType, Engine};
 use purebee_memory::gguf::GgufFile;
 use purebee_runtime::batch::{BatchRows, RowOutput, RowRead, SharedCache, PAGE_SIZE};
-use purebee_runtime::{LogitsRows, Model, ModelError};
+use purebee_runtime::tokenizer::Tokenizer;
+use purebee_runtime::{KvCacheTypes, LogitsRows, Model, ModelError, QuantizedActivations};
 use purebee_tests::differential::{cpu_levels, gpu_tests_skipped, new_gpu_engine};
-use purebee_tests::{case_ids, tiny, TINY_MODELS};
+use purebee_tests::{case_ids, smollm2_gguf, tiny, TINY_MODELS};
 
 /// How one sequence joins a schedule.
 #[derive(Clone, Copy, Debug)]
@@ -124,9 +125,11 @@ fn prompts(model: &str) -> Vec<Vec<u32>> {
 enum Same {
     /// Bit for bit.
     Bits,
-    /// Within a relative bound per logit (`|a − b| ≤ bound · (1 + |b|)`), with the same
-    /// greedy tokens.
-    Within(f32),
+    /// Within `(abs, rel)` per logit (`|a − b| ≤ abs + rel · |b|`), with the same greedy
+    /// tokens.
+    Within(f32, f32),
+    /// The same greedy tokens.
+    Greedy,
 }
 
 fn assert_same(got: &Rows, want: &Rows, same: Same, what: &str) {
@@ -138,18 +141,34 @@ fn assert_same(got: &Rows, want: &Rows, same: Same, what: &str) {
                 let equal = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(equal, "{what}: token {t}'s logits differ");
             }
-            Same::Within(bound) => {
-                let worst = g.iter().zip(w).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0f32, f32::max);
-                assert!(worst <= bound, "{what}: token {t}'s logits differ by {worst} (bound {bound})");
+            Same::Within(abs, rel) => {
+                for (j, (a, b)) in g.iter().zip(w).enumerate() {
+                    assert!((a - b).abs() <= abs + rel * b.abs(), "{what}: token {t}, logit {j}: {a} vs {b} alone");
+                }
                 assert_eq!(argmax(g), argmax(w), "{what}: token {t}'s greedy token");
             }
+            Same::Greedy => assert_eq!(argmax(g), argmax(w), "{what}: token {t}'s greedy token"),
         }
     }
 }
 
 /// Every sequence alone, then all together under two schedules: bit-identical logits.
-fn check_invariance<E: Engine>(model: &mut Model<E>, name: &str, same: Same, what: &str) {
-    let prompts = prompts(name);
+/// `single_bound`: `(abs, rel)`, the bound `|a − b| ≤ abs + rel · |a|` next to the
+/// single-session path, with the same greedy tokens; `None` where int8 roundings of
+/// activations make that comparison chaotic (the ternary models; int8-block activations).
+fn check_invariance<E: Engine>(
+    model: &mut Model<E>,
+    name: &str,
+    same: Same,
+    single_bound: Option<(f32, f32)>,
+    what: &str,
+) {
+    let prompts = if name == SMOLLM2 { smollm2_prompts() } else { prompts(name) };
+    if single_bound.is_some() {
+        // Next to the single-session path, held to F32 bounds: F32 caches (the default F16
+        // ones are checked bit for bit on the ternary models).
+        model.set_kv_cache_types(KvCacheTypes { k: DType::F32, v: DType::F32 });
+    }
     let mut cache = model.new_shared_cache(4 * PAGE_SIZE, 4).expect("shared cache");
     const TOKENS: usize = 5;
     let alone: Vec<Rows> = (0..prompts.len())
@@ -173,8 +192,7 @@ fn check_invariance<E: Engine>(model: &mut Model<E>, name: &str, same: Same, wha
     // its input, and these random models amplify it; the per-instruction proptests hold
     // the paged instructions to their tolerances.)
     let mut session = model.new_session(4 * PAGE_SIZE).expect("session");
-    let float_model = name.ends_with("_f32");
-    for (i, prompt) in prompts.iter().enumerate().filter(|_| float_model) {
+    for (i, prompt) in prompts.iter().enumerate().filter(|_| single_bound.is_some()) {
         session.clear();
         let mut ids = prompt.clone();
         let mut single = Vec::new();
@@ -186,8 +204,10 @@ fn check_invariance<E: Engine>(model: &mut Model<E>, name: &str, same: Same, wha
         }
         let batched: Vec<f32> = alone[i].concat();
         let what = format!("{what} {name}: sequence {i}, batched vs single-session");
-        let worst = single.iter().zip(&batched).map(|(a, b)| (a - b).abs() / (1.0 + a.abs())).fold(0f32, f32::max);
-        assert!(worst < 1e-4, "{what}: off by {worst}");
+        let (abs, rel) = single_bound.unwrap_or((0.0, 0.0));
+        for (j, (a, b)) in single.iter().zip(&batched).enumerate() {
+            assert!((a - b).abs() <= abs + rel * a.abs(), "{what}: logit {j}: {b} batched, {a} alone");
+        }
         let vocab = batched.len() / alone[i].len();
         let tokens = |l: &[f32]| l.chunks(vocab).map(argmax).collect::<Vec<_>>();
         assert_eq!(tokens(&single), tokens(&batched), "{what}: greedy tokens");
@@ -201,7 +221,7 @@ fn a_sequence_gets_the_same_bits_in_any_batch_on_the_reference_engine() {
     for name in TINY_MODELS {
         let file = GgufFile::open(tiny(&format!("{name}.gguf"))).expect("fixture opens");
         let mut model = Model::load(RefEngine::new(), &file).expect("model loads");
-        check_invariance(&mut model, name, Same::Bits, "ref");
+        check_invariance(&mut model, name, Same::Bits, f32_bound(name), "ref");
     }
 }
 
@@ -215,7 +235,7 @@ fn a_sequence_gets_the_same_bits_in_any_batch_on_the_cpu_engine() {
             let file = GgufFile::open(tiny(&format!("{name}.gguf"))).expect("fixture opens");
             let engine = CpuEngine::new(&CpuOptions { threads: Some(threads), simd: Some(level) }).expect("cpu");
             let mut model = Model::load(engine, &file).expect("model loads");
-            check_invariance(&mut model, name, Same::Bits, &format!("cpu {level:?} x{threads}"));
+            check_invariance(&mut model, name, Same::Bits, f32_bound(name), &format!("cpu {level:?} x{threads}"));
         }
     }
 }
@@ -256,8 +276,8 @@ fn pages_come_back_and_a_full_cache_is_a_typed_error() {
 /// The GPU engine's one-row and several-row products and norms reduce in different orders
 /// (one token takes the fused decode kernels, several the tiled ones), so a batch moves a
 /// sequence's logits by a few units in the last place of the F32 models' logits (8e-6
-/// relative seen on lavapipe): held to 1e-4, the single-session path's own bound against
-/// the reference, and to the same greedy tokens.
+/// relative seen on lavapipe): held to 1e-4 absolute and relative, the single-session
+/// path's own bound here, and to the same greedy tokens.
 #[test]
 fn a_sequence_stays_within_bounds_in_any_batch_on_the_gpu_engine() {
     if gpu_tests_skipped() {
@@ -266,6 +286,54 @@ fn a_sequence_stays_within_bounds_in_any_batch_on_the_gpu_engine() {
     for name in ["tiny_b158_f32", "tiny_bitnet_f32"] {
         let file = GgufFile::open(tiny(&format!("{name}.gguf"))).expect("fixture opens");
         let mut model = Model::load(new_gpu_engine(&GpuOptions::default()), &file).expect("model loads");
-        check_invariance(&mut model, name, Same::Within(1e-4), "gpu");
+        check_invariance(&mut model, name, Same::Within(1e-4, 1e-4), f32_bound(name), "gpu");
+    }
+}
+
+const SMOLLM2: &str = "smollm2";
+
+/// Four English prompts of different lengths in SmolLM2's tokenizer.
+fn smollm2_prompts() -> Vec<Vec<u32>> {
+    let path = smollm2_gguf().expect("SmolLM2");
+    let file = GgufFile::open(&path).expect("SmolLM2 opens");
+    let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
+    [
+        "The capital of France is",
+        "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+        "Water boils at",
+        "The three primary colours are red, blue and",
+    ]
+    .iter()
+    .map(|text| tokenizer.encode(text, true, false))
+    .collect()
+}
+
+/// The single-session bound of a tiny model: 1e-4 (absolute and relative) on the F32 ones.
+fn f32_bound(name: &str) -> Option<(f32, f32)> {
+    name.ends_with("_f32").then_some((1e-4, 1e-4))
+}
+
+/// SmolLM2-135M (Llama: normal RoPE, 9 query heads over 3 kv heads, Q4_1 weights through
+/// LINEAR), with the int8-block activations `run` uses and with f32 ones: bit for bit on the
+/// CPU engine; on the GPU engine (int8 activations) the same greedy tokens; with f32
+/// activations also next to the single-session path: within 1e-2 absolute, twice
+/// `smollm2.rs`'s 5e-3 bound of an engine against the reference engine (both paths are
+/// held to it; they differ in ATTENTION's split).
+#[test]
+fn smollm2_gets_the_same_logits_in_any_batch() {
+    let Some(path) = smollm2_gguf() else { return };
+    let file = GgufFile::open(&path).expect("SmolLM2 opens");
+    for (acts, single) in [(QuantizedActivations::Int8, None), (QuantizedActivations::F32, Some((1e-2, 0.0)))] {
+        let engine = CpuEngine::new(&CpuOptions { threads: Some(2), simd: None }).expect("cpu");
+        let mut model = Model::load_with(engine, &file, acts).expect("model loads");
+        check_invariance(&mut model, SMOLLM2, Same::Bits, single, &format!("cpu {acts:?}"));
+        // The GPU's roundings to int8 blocks flip at other places in a batch, and the flips
+        // grow through 30 layers: its default (int8) path is held to the greedy tokens (the
+        // F32 models above hold its float paths to 1e-4).
+        if acts == QuantizedActivations::Int8 && !gpu_tests_skipped() {
+            let engine = new_gpu_engine(&GpuOptions::default());
+            let mut model = Model::load_with(engine, &file, acts).expect("model loads");
+            check_invariance(&mut model, SMOLLM2, Same::Greedy, single, "gpu Int8");
+        }
     }
 }
