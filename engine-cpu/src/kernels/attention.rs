@@ -12,10 +12,72 @@
 //!
 //! Sums are in f32 (the ISA allows f32 or wider, in any order): a key product in lanes of 8
 //! added at the end (the portable path: `linear::dot`), a value sum row after row.
+//!
+//! The cache rows are f32, or the bits of f16 values ([`CacheElem`]): F16C's `vcvtph2ps`
+//! widens eight at a time as they are loaded on AVX2 (exactly, so an F16 cache gives the
+//! bits its widened F32 copy would); the portable path widens one row at a time.
 
 #[cfg(target_arch = "x86_64")]
 use super::SimdLevel;
 use super::{math, Simd};
+
+/// An element of a KV cache row as the kernels read it: an f32, or the bits of an f16
+/// (`u16`), widened exactly.
+pub trait CacheElem: Copy + Send + Sync + 'static {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+
+    /// `row` as f32s: itself for f32, else widened into `buf` (resized to fit).
+    fn row<'a>(row: &'a [Self], buf: &'a mut Vec<f32>) -> &'a [f32];
+
+    /// Eight elements from `p` as f32 lanes.
+    ///
+    /// # Safety
+    /// Eight elements are readable from `p`, and the CPU has AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl CacheElem for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+
+    fn row<'a>(row: &'a [f32], _: &'a mut Vec<f32>) -> &'a [f32] {
+        row
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller's promise.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
+    }
+}
+
+impl CacheElem for u16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        half::f16::from_bits(self).to_f32()
+    }
+
+    fn row<'a>(row: &'a [u16], buf: &'a mut Vec<f32>) -> &'a [f32] {
+        buf.clear();
+        buf.extend(row.iter().map(|&h| h.widen()));
+        buf
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load8(p: *const u16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller's promise (8 halves: 16 bytes).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+}
 
 /// The shapes both kernels take: `hd` floats per head, `group` query heads per kv head, and
 /// cache rows `stride` floats apart.
@@ -31,7 +93,7 @@ pub struct Heads {
 
 impl Heads {
     /// Checks that `rows` holds `len` rows of `n_head / group` kv heads.
-    fn check(self, n_head: usize, len: usize, rows: &[f32]) {
+    fn check<T>(self, n_head: usize, len: usize, rows: &[T]) {
         assert!(self.hd > 0 && self.group > 0 && n_head.is_multiple_of(self.group), "attention kernels: heads");
         let n_kv = n_head / self.group;
         assert!(len == 0 || rows.len() >= (len - 1) * self.stride + n_kv * self.hd, "attention kernels: short rows");
@@ -40,7 +102,7 @@ impl Heads {
 
 /// `out[h · len + j] = scale · Σ_d q[h·hd + d] · keys[j·stride + (h / group)·hd + d]` for every
 /// head `h < q.len() / hd` and row `j < len` (`out.len() = n_head · len`).
-pub fn scores(level: Simd, heads: Heads, q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
+pub fn scores<T: CacheElem>(level: Simd, heads: Heads, q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
     let n_head = q.len() / heads.hd.max(1);
     let len = out.len() / n_head.max(1);
     assert!(q.len() == n_head * heads.hd && out.len() == n_head * len, "attention scores: shapes");
@@ -51,10 +113,13 @@ pub fn scores(level: Simd, heads: Heads, q: &[f32], keys: &[f32], scale: f32, ou
         SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { x86::scores(heads, q, keys, scale, out) },
         _ => {
             let hd = heads.hd;
+            let mut buf = Vec::new();
             for j in 0..len {
-                for (h, qh) in q.chunks_exact(hd).enumerate() {
-                    let key = &keys[j * heads.stride + h / heads.group * hd..][..hd];
-                    out[h * len + j] = scale * super::linear::dot(level, qh, key);
+                for (kvh, qs) in q.chunks_exact(hd * heads.group).enumerate() {
+                    let key = T::row(&keys[j * heads.stride + kvh * hd..][..hd], &mut buf);
+                    for (i, qh) in qs.chunks_exact(hd).enumerate() {
+                        out[(kvh * heads.group + i) * len + j] = scale * super::linear::dot(level, qh, key);
+                    }
                 }
             }
         }
@@ -63,7 +128,7 @@ pub fn scores(level: Simd, heads: Heads, q: &[f32], keys: &[f32], scale: f32, ou
 
 /// `out[h · hd + d] = Σ_j w[h·len + j] · values[j·stride + (h / group)·hd + d]` for every head
 /// `h < out.len() / hd` (`w.len() = n_head · len`).
-pub fn weighted_values(level: Simd, heads: Heads, w: &[f32], len: usize, values: &[f32], out: &mut [f32]) {
+pub fn weighted_values<T: CacheElem>(level: Simd, heads: Heads, w: &[f32], len: usize, values: &[T], out: &mut [f32]) {
     let n_head = out.len() / heads.hd.max(1);
     assert!(w.len() == n_head * len && out.len() == n_head * heads.hd, "attention values: shapes");
     heads.check(n_head, len, values);
@@ -78,7 +143,7 @@ pub fn weighted_values(level: Simd, heads: Heads, w: &[f32], len: usize, values:
                 for (h, o) in out.chunks_exact_mut(hd).enumerate() {
                     let (wj, v) = (w[h * len + j], &values[j * heads.stride + h / heads.group * hd..][..hd]);
                     for (o, &x) in o.iter_mut().zip(v) {
-                        *o += wj * x;
+                        *o += wj * x.widen();
                     }
                 }
             }
@@ -173,7 +238,7 @@ pub fn round_f16(level: Simd, src: &[f32], dst: &mut [u16]) {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::Heads;
+    use super::{CacheElem, Heads};
 
     /// See `attention::exp_shifted`.
     #[target_feature(enable = "avx2,fma")]
@@ -226,8 +291,8 @@ mod x86 {
 
     /// See `attention::scores` (which checked the shapes): row after row, each kv head's key
     /// against its query heads in blocks of up to four.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn scores(heads: Heads, q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn scores<T: CacheElem>(heads: Heads, q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
         let Heads { hd, group, stride } = heads;
         let n_head = q.len() / hd;
         let len = out.len() / n_head.max(1);
@@ -239,10 +304,10 @@ mod x86 {
                     let block = ((kvh + 1) * group - h).min(4);
                     let qb = &q[h * hd..];
                     let sums = match block {
-                        4 => score_block::<4>(qb, hd, key),
-                        3 => pad(score_block::<3>(qb, hd, key)),
-                        2 => pad(score_block::<2>(qb, hd, key)),
-                        _ => pad(score_block::<1>(qb, hd, key)),
+                        4 => score_block::<4, T>(qb, hd, key),
+                        3 => pad(score_block::<3, T>(qb, hd, key)),
+                        2 => pad(score_block::<2, T>(qb, hd, key)),
+                        _ => pad(score_block::<1, T>(qb, hd, key)),
                     };
                     for (i, s) in sums[..block].iter().enumerate() {
                         out[(h + i) * len + j] = scale * s;
@@ -259,16 +324,16 @@ mod x86 {
     }
 
     /// `q_i · key` for the `N` heads at the start of `q`.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    fn score_block<const N: usize>(q: &[f32], hd: usize, key: &[f32]) -> [f32; N] {
+    fn score_block<const N: usize, T: CacheElem>(q: &[f32], hd: usize, key: &[T]) -> [f32; N] {
         assert!(q.len() >= N * hd && key.len() == hd);
         let mut acc = [_mm256_setzero_ps(); N];
         let mut d = 0;
         while d + 8 <= hd {
             // SAFETY: d + 8 ≤ hd: inside `key` and inside each head's hd floats of `q`
             // (asserted above).
-            let k = unsafe { _mm256_loadu_ps(key.as_ptr().add(d)) };
+            let k = unsafe { T::load8(key.as_ptr().add(d)) };
             for (i, a) in acc.iter_mut().enumerate() {
                 // SAFETY: as above.
                 let qv = unsafe { _mm256_loadu_ps(q.as_ptr().add(i * hd + d)) };
@@ -278,7 +343,7 @@ mod x86 {
         }
         let mut sums = [0f32; N];
         for (i, s) in sums.iter_mut().enumerate() {
-            let tail: f32 = (d..hd).map(|e| q[i * hd + e] * key[e]).sum();
+            let tail: f32 = (d..hd).map(|e| q[i * hd + e] * key[e].widen()).sum();
             *s = hsum(acc[i]) + tail;
         }
         sums
@@ -289,8 +354,8 @@ mod x86 {
     /// step halve the loads and stores of `out` but interleave two streams of rows, which
     /// the hardware prefetcher follows worse: 8 against 12 GB/s from memory on one Zen 4
     /// thread.)
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn weighted_values(heads: Heads, w: &[f32], len: usize, values: &[f32], out: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn weighted_values<T: CacheElem>(heads: Heads, w: &[f32], len: usize, values: &[T], out: &mut [f32]) {
         let Heads { hd, group, stride } = heads;
         let n_head = out.len() / hd;
         let wide = hd / 8 * 8;
@@ -306,12 +371,12 @@ mod x86 {
                         // SAFETY: d + 8 ≤ wide ≤ hd: inside `o` and `v` (hd floats each).
                         unsafe {
                             let acc = _mm256_loadu_ps(o.as_ptr().add(d));
-                            let acc = _mm256_fmadd_ps(wa, _mm256_loadu_ps(v.as_ptr().add(d)), acc);
+                            let acc = _mm256_fmadd_ps(wa, T::load8(v.as_ptr().add(d)), acc);
                             _mm256_storeu_ps(o.as_mut_ptr().add(d), acc);
                         }
                     }
                     for d in wide..hd {
-                        o[d] += a * v[d];
+                        o[d] += a * v[d].widen();
                     }
                 }
             }
@@ -347,7 +412,8 @@ mod tests {
         assert!(exp_shifted(Simd::PORTABLE, &mut row, f32::NAN).is_nan() && row[1].is_nan());
     }
 
-    /// Every level against f64 sums, for group sizes and head sizes that leave partial
+    /// Every level against f64 sums (and F16 rows against the same rows widened, bit for
+    /// bit), for group sizes and head sizes that leave partial
     /// blocks (3 and 5 heads per kv head, 13 and 40 dimensions), odd row counts, and rows
     /// with room past their kv heads.
     #[test]
@@ -389,6 +455,21 @@ mod tests {
                     let ok = (*got as f64 - want).abs() <= 1e-4;
                     assert!(ok, "{level} {n_kv}×{group} heads of {hd}, {len} rows: {got} vs {want}");
                 }
+                // F16 rows: the bits of the same kernels over the rows widened to f32.
+                let halves: Vec<u16> = rows.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+                let widened: Vec<f32> = halves.iter().map(|&h| h.widen()).collect();
+                let (mut s16, mut s32) = (vec![f32::NAN; n_head * len], vec![f32::NAN; n_head * len]);
+                scores(level, heads, &q, &halves, 0.5, &mut s16);
+                scores(level, heads, &q, &widened, 0.5, &mut s32);
+                let (mut o16, mut o32) = (vec![f32::NAN; n_head * hd], vec![f32::NAN; n_head * hd]);
+                weighted_values(level, heads, &w, len, &halves, &mut o16);
+                weighted_values(level, heads, &w, len, &widened, &mut o32);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&s16), bits(&s32), "{level} f16 scores");
+                assert_eq!(bits(&o16), bits(&o32), "{level} f16 values");
+                let mut wide = vec![0f32; halves.len()];
+                widen_f16(level, &halves, &mut wide);
+                assert_eq!(bits(&wide), bits(&widened), "{level} widen_f16");
             }
         }
     }

@@ -55,8 +55,8 @@ struct Shape {
     level: Simd,
 }
 
-/// A KV cache as its engine holds it: F32, or the bits of F16 values (widened exactly, a
-/// span at a time, where a kernel reads them).
+/// A KV cache as its engine holds it: F32, or the bits of F16 values, widened exactly: by
+/// the decode kernels as they load them (F16C on AVX2), a span at a time for prefill.
 #[derive(Clone, Copy)]
 enum Cache<'a> {
     F32(&'a [f32]),
@@ -101,15 +101,21 @@ fn attend(s: Shape, q: &[f32], (k, v): (Cache, Cache), t0: usize, t1: usize) -> 
     }
     let heads = attention::Heads { hd, group: s.group, stride: s.kv_width };
     let rows = t0 * s.kv_width..t1 * s.kv_width;
-    let mut buf = Vec::new();
     let mut weights = vec![0f32; n_head * len]; // [n_head, len]
-    attention::scores(s.level, heads, q, k.span(s.level, rows.clone(), &mut buf), s.scale, &mut weights);
+                                                // F16 rows are widened as the kernels load them.
+    match k {
+        Cache::F32(k) => attention::scores(s.level, heads, q, &k[rows.clone()], s.scale, &mut weights),
+        Cache::F16(k) => attention::scores(s.level, heads, q, &k[rows.clone()], s.scale, &mut weights),
+    }
     for (h, row) in weights.chunks_exact_mut(len).enumerate() {
         let max = max_of(row.iter().copied());
         part.max[h] = max;
         part.sum[h] = attention::exp_shifted(s.level, row, max);
     }
-    attention::weighted_values(s.level, heads, &weights, len, v.span(s.level, rows, &mut buf), &mut part.acc);
+    match v {
+        Cache::F32(v) => attention::weighted_values(s.level, heads, &weights, len, &v[rows], &mut part.acc),
+        Cache::F16(v) => attention::weighted_values(s.level, heads, &weights, len, &v[rows], &mut part.acc),
+    }
     part
 }
 
