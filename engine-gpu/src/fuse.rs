@@ -97,9 +97,9 @@ pub(crate) enum Pattern {
     /// is not dead. Needs both ROPEs in place with the same position, base, style and
     /// head_dim and `rot_dim == head_dim` (no unrotated tail for the cache copy), both
     /// KV_WRITEs at that position, q, k, v and the two caches pairwise distinct, one row
-    /// count for q, k and v, and F32 caches (the fused kernels store f32 words; KV_WRITE's
-    /// own kernels round into an F16 cache, so over F16 caches, the runtime's default, the
-    /// ROPEs and KV_WRITEs run unfused). (Every attention block with F32 caches.)
+    /// count for q, k and v, and F32 caches (`rope_kv.wgsl` stores f32 words; over F16
+    /// caches, the runtime's default, the ROPEs and KV_WRITEs run unfused unless they are
+    /// a [`Pattern::RopeEpilogue`], which rounds into F16). (Prefill attention blocks.)
     #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::RopeKv
     RopeKvWrite,
     /// Three BITLINEARs sharing a quantization (q, k, v) at one token: their products in
@@ -143,7 +143,8 @@ pub(crate) enum Pattern {
     /// (bound read-write beside them), and 3 more storage buffers per stage than the
     /// products: 14 for BITLINEARs without output scales (whose entry point binds none),
     /// 17 with them, 13 for LINEARs. k and v are written only when those writes are not
-    /// dead; q always (its ROPE's write is the one ATTENTION reads).
+    /// dead; q always (its ROPE's write is the one ATTENTION reads). The caches may be F32
+    /// or F16 (rounded as KV_WRITE rounds, bit for bit).
     RopeEpilogue,
     /// RMS_NORM(h, x) immediately followed by one-token LINEARs with f32 activations reading
     /// `h` (Q4_0, Q4_1, Q8_0 or float weights), on a GPU: the norm has no dispatch at all.
@@ -171,6 +172,9 @@ pub(crate) struct RopePart {
     /// Whether the rotated k and v are written to their tensors.
     pub write_k: bool,
     pub write_v: bool,
+    /// Whether the k and v caches are F16 (the epilogue rounds into them).
+    pub k_f16: bool,
+    pub v_f16: bool,
 }
 
 /// A fused RMS_NORM at the head of a [`QuantGroup`].
@@ -376,7 +380,7 @@ pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let mut units = Vec::new();
     let mut i = 0;
     while i < instructions.len() {
-        if let Some(write_k) = rope_kv_at(ctx, instructions, i) {
+        if let Some(write_k) = rope_kv_at(ctx, instructions, i, false) {
             units.push(Unit::RopeKv { first: i, write_k });
             i += 4;
             continue;
@@ -737,8 +741,9 @@ fn tokens(ctx: &RecordCtx, l: &Linear) -> Option<usize> {
     ctx.desc(l.out).ok()?.shape.numel().checked_div(m)
 }
 
-/// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`.
-fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option<bool> {
+/// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`, with caches of
+/// F32 or, when `f16_caches` (the ROPE epilogue, which rounds into them), also F16.
+fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize, f16_caches: bool) -> Option<bool> {
     let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
         instructions.get(i..i + 4)?
     else {
@@ -758,16 +763,25 @@ fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option
     let distinct = ids.iter().enumerate().all(|(a, x)| ids[a + 1..].iter().all(|y| y != x));
     let rows = |id| ctx.desc(id).ok().map(|d| d.shape.rows());
     let same_rows = rows(q).is_some() && rows(q) == rows(k) && rows(q) == rows(v);
-    // The fused kernels store f32 words: F16 caches are left to KV_WRITE's own kernels.
-    let f32_caches = [kc, vc].iter().all(|&c| ctx.desc(c).is_ok_and(|d| d.dtype == DType::F32));
+    // rope_kv.wgsl stores f32 words: F16 caches are left to KV_WRITE's own kernels there.
+    let cache_fits = |c: TensorId| {
+        ctx.desc(c).is_ok_and(|d| {
+            let size = match d.dtype {
+                DType::F32 => 4,
+                DType::F16 if f16_caches => 2,
+                _ => return false,
+            };
+            d.shape.numel() as u64 * size <= ctx.max_binding
+        })
+    };
     let ok = same_rope
         && in_place
         && writes
         && distinct
         && same_rows
-        && f32_caches
         && rq.head_dim > 0
-        && ids.iter().all(|&t| fits(ctx, t));
+        && [q, k, v].iter().all(|&t| fits(ctx, t))
+        && [kc, vc].into_iter().all(cache_fits);
     ok.then(|| !write_is_dead(instructions, i + 1, k, &[i + 2]))
 }
 
@@ -784,7 +798,7 @@ fn rope_epilogue_at(
     product_buffers: u32,
 ) -> Option<RopePart> {
     let first = last_product + 1;
-    let write_k = rope_kv_at(ctx, instructions, first)?;
+    let write_k = rope_kv_at(ctx, instructions, first, true)?;
     let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
         instructions.get(first..first + 4)?
     else {
@@ -795,7 +809,8 @@ fn rope_epilogue_at(
         && !inputs.contains(&kv.cache)
         && limits.max_storage_buffers >= product_buffers + rope_qkv::STORAGE_BUFFERS;
     let write_v = !write_is_dead(instructions, last_product, kv.src, &[first + 3]);
-    ok.then_some(RopePart { first, write_k, write_v })
+    let f16 = |c| ctx.desc(c).is_ok_and(|d| d.dtype == DType::F16);
+    ok.then_some(RopePart { first, write_k, write_v, k_f16: f16(kk.cache), v_f16: f16(kv.cache) })
 }
 
 /// The ROPE epilogue of a group's products, as the dispatchers take it.
@@ -803,7 +818,15 @@ fn rope_epilogue<'a>(instructions: &'a [Instruction], r: &RopePart) -> Result<Ro
     match instructions.get(r.first..r.first + 4) {
         Some(
             [Instruction::Rope(rope_q), Instruction::Rope(_), Instruction::KvWrite(cache_k), Instruction::KvWrite(cache_v)],
-        ) => Ok(RopeEpilogue { rope_q, cache_k, cache_v, write_k: r.write_k, write_v: r.write_v }),
+        ) => Ok(RopeEpilogue {
+            rope_q,
+            cache_k,
+            cache_v,
+            write_k: r.write_k,
+            write_v: r.write_v,
+            k_f16: r.k_f16,
+            v_f16: r.v_f16,
+        }),
         _ => Err(GpuError::Wgpu(format!(
             "fusion plan: instructions {}.. are not ROPE, ROPE, KV_WRITE, KV_WRITE",
             r.first
@@ -1226,8 +1249,9 @@ mod tests {
             // The first block's k and v are overwritten by the second block's products,
             // unread: only the caches get them. The second block's are the program's last
             // writes of k and v, kept.
-            assert_eq!(rope(&fused.units[0]), Some(RopePart { first: 4, write_k: false, write_v: false }));
-            assert_eq!(rope(&fused.units[2]), Some(RopePart { first: 13, write_k: true, write_v: true }));
+            let part = |first, write| RopePart { first, write_k: write, write_v: write, k_f16: false, v_f16: false };
+            assert_eq!(rope(&fused.units[0]), Some(part(4, false)));
+            assert_eq!(rope(&fused.units[2]), Some(part(13, true)));
             // Too few storage buffers for the epilogue's three: the products stay merged and
             // the ROPE/KV_WRITE dispatch of its own follows.
             let products =

@@ -11,7 +11,9 @@
 //! three bindings (22..=24) and three override constants.
 //!
 //! Bytes: the products' as before; it writes `4·(d_q + 2·d_kv)` to q, k, v (less the dead
-//! ones) and `4·2·d_kv` to the caches, and reads nothing back.
+//! ones) and `4·2·d_kv` to the caches (half that to F16 caches: each element rounded to
+//! nearest even on its bits and stored into its half of a word with two atomics), and
+//! reads nothing back.
 
 use purebee_isa::ops::{KvWrite, Rope, RopeStyle};
 
@@ -47,6 +49,9 @@ pub(crate) struct RopeEpilogue<'a> {
     /// Whether the rotated k and v are written to their tensors (else only to the caches).
     pub write_k: bool,
     pub write_v: bool,
+    /// Whether the k and v caches are F16 (each element rounded as KV_WRITE rounds).
+    pub k_f16: bool,
+    pub v_f16: bool,
 }
 
 impl RopeEpilogue<'_> {
@@ -69,12 +74,18 @@ impl RopeEpilogue<'_> {
     }
 
     /// The override constants of `rope_math.wgsl` and `rope_qkv.wgsl`.
-    pub fn constants(&self) -> [(&'static str, u32); 3] {
+    pub fn constants(&self) -> [(&'static str, u32); 5] {
         let neox = match self.rope_q.style {
             RopeStyle::Neox => 1,
             RopeStyle::Normal => 0,
         };
-        [("NEOX", neox), ("WRITE_K", u32::from(self.write_k)), ("WRITE_V", u32::from(self.write_v))]
+        [
+            ("NEOX", neox),
+            ("WRITE_K", u32::from(self.write_k)),
+            ("WRITE_V", u32::from(self.write_v)),
+            ("K_F16", u32::from(self.k_f16)),
+            ("V_F16", u32::from(self.v_f16)),
+        ]
     }
 
     /// The epilogue's bindings.

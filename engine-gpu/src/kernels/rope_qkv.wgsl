@@ -15,13 +15,74 @@
 // the unfused instructions where the driver rounds as written. As rope_kv.wgsl, the kernel
 // checks pos < n_ctx again (the host checked it) so that it never writes out of bounds.
 
-@group(0) @binding(22) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(23) var<storage, read_write> v_cache: array<f32>;
+// The caches as words: F32 elements (K_F16 / V_F16 = 0, stored as their bits), or F16
+// elements two to a word (element i in the low half of word i / 2 when i is even), each
+// rounded to nearest even on its bits (f16_bits, as kv_write.wgsl: the ISA's rounding) and
+// stored into its half with an atomicAnd and an atomicOr, since the word's other half is
+// another workgroup's element.
+@group(0) @binding(22) var<storage, read_write> k_cache: array<atomic<u32>>;
+@group(0) @binding(23) var<storage, read_write> v_cache: array<atomic<u32>>;
 @group(0) @binding(24) var<storage, read> run: array<u32>;
 
 // 1 when the rotated k (WRITE_K) or v (WRITE_V) must be written to its tensor.
 override WRITE_K: u32 = 1u;
 override WRITE_V: u32 = 1u;
+// 1 when the k (v) cache is F16.
+override K_F16: u32 = 0u;
+override V_F16: u32 = 0u;
+
+// kv_write.wgsl's f16_bits: the f16 nearest the f32 with bits `b`, ties to even; overflow
+// to inf, NaN to the quiet NaN with its sign and top ten payload bits.
+fn f16_bits(b: u32) -> u32 {
+    let sign = (b >> 16u) & 0x8000u;
+    let e = (b >> 23u) & 0xffu;
+    let man = b & 0x7fffffu;
+    if (e == 0xffu) {
+        return sign | select(0x7e00u | (man >> 13u), 0x7c00u, man == 0u);
+    }
+    if (e > 142u) {
+        return sign | 0x7c00u;
+    }
+    let sig = select(man | 0x800000u, man, e == 0u);
+    var kept: u32;
+    var shift: u32;
+    if (e >= 113u) {
+        kept = ((e - 112u) << 10u) | (man >> 13u);
+        shift = 13u;
+    } else {
+        shift = 126u - e;
+        if (shift > 25u) {
+            return sign;
+        }
+        kept = sig >> shift;
+    }
+    let rest = sig & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    let up = rest > half || (rest == half && (kept & 1u) == 1u);
+    return sign | (kept + select(0u, 1u, up));
+}
+
+// Element i of the k cache = x.
+fn store_k(i: u32, x: f32) {
+    if (K_F16 == 0u) {
+        atomicStore(&k_cache[i], bitcast<u32>(x));
+        return;
+    }
+    let shift = 16u * (i & 1u);
+    atomicAnd(&k_cache[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&k_cache[i >> 1u], f16_bits(bitcast<u32>(x)) << shift);
+}
+
+// Element i of the v cache = x.
+fn store_v(i: u32, x: f32) {
+    if (V_F16 == 0u) {
+        atomicStore(&v_cache[i], bitcast<u32>(x));
+        return;
+    }
+    let shift = 16u * (i & 1u);
+    atomicAnd(&v_cache[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&v_cache[i >> 1u], f16_bits(bitcast<u32>(x)) << shift);
+}
 
 // What one workgroup (or row group) computes: output w's rows a and b (a rotation pair of q
 // or k, the angle's sin and cos in sc), or v's row a (w = 2); w = 3 past the last item.
@@ -70,7 +131,7 @@ fn qkv_store(it: QkvItem, ya: f32, yb: f32, m_k: u32, m_v: u32) {
             qkv_out(2u, it.a, ya);
         }
         if (pos < p.rope_v_ctx) {
-            v_cache[pos * m_v + it.a] = ya;
+            store_v(pos * m_v + it.a, ya);
         }
         return;
     }
@@ -85,7 +146,7 @@ fn qkv_store(it: QkvItem, ya: f32, yb: f32, m_k: u32, m_v: u32) {
         qkv_out(it.w, it.b, rb);
     }
     if (it.w == 1u && pos < p.rope_k_ctx) {
-        k_cache[pos * m_k + it.a] = ra;
-        k_cache[pos * m_k + it.b] = rb;
+        store_k(pos * m_k + it.a, ra);
+        store_k(pos * m_k + it.b, rb);
     }
 }
