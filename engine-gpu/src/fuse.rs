@@ -97,9 +97,8 @@ pub(crate) enum Pattern {
     /// is not dead. Needs both ROPEs in place with the same position, base, style and
     /// head_dim and `rot_dim == head_dim` (no unrotated tail for the cache copy), both
     /// KV_WRITEs at that position, q, k, v and the two caches pairwise distinct, one row
-    /// count for q, k and v, and F32 caches (`rope_kv.wgsl` stores f32 words; over F16
-    /// caches, the runtime's default, the ROPEs and KV_WRITEs run unfused unless they are
-    /// a [`Pattern::RopeEpilogue`], which rounds into F16). (Prefill attention blocks.)
+    /// count for q, k and v, and F32 or F16 caches (F16: each element rounded as KV_WRITE
+    /// rounds, stored into its half of a word with two atomics). (Every attention block.)
     #[cfg_attr(not(test), allow(dead_code))] // named by Plan::patterns (tests); Unit::RopeKv
     RopeKvWrite,
     /// Three BITLINEARs sharing a quantization (q, k, v) at one token: their products in
@@ -380,7 +379,7 @@ pub(crate) fn plan(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction
     let mut units = Vec::new();
     let mut i = 0;
     while i < instructions.len() {
-        if let Some(write_k) = rope_kv_at(ctx, instructions, i, false) {
+        if let Some(write_k) = rope_kv_at(ctx, instructions, i) {
             units.push(Unit::RopeKv { first: i, write_k });
             i += 4;
             continue;
@@ -741,9 +740,8 @@ fn tokens(ctx: &RecordCtx, l: &Linear) -> Option<usize> {
     ctx.desc(l.out).ok()?.shape.numel().checked_div(m)
 }
 
-/// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`, with caches of
-/// F32 or, when `f16_caches` (the ROPE epilogue, which rounds into them), also F16.
-fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize, f16_caches: bool) -> Option<bool> {
+/// `Some(write_k)` when a [`Pattern::RopeKvWrite`] starts at instruction `i`.
+fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize) -> Option<bool> {
     let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
         instructions.get(i..i + 4)?
     else {
@@ -763,12 +761,12 @@ fn rope_kv_at(ctx: &RecordCtx, instructions: &[Instruction], i: usize, f16_cache
     let distinct = ids.iter().enumerate().all(|(a, x)| ids[a + 1..].iter().all(|y| y != x));
     let rows = |id| ctx.desc(id).ok().map(|d| d.shape.rows());
     let same_rows = rows(q).is_some() && rows(q) == rows(k) && rows(q) == rows(v);
-    // rope_kv.wgsl stores f32 words: F16 caches are left to KV_WRITE's own kernels there.
+    // F32 or F16 caches (rounded into as KV_WRITE rounds), each in one binding.
     let cache_fits = |c: TensorId| {
         ctx.desc(c).is_ok_and(|d| {
             let size = match d.dtype {
                 DType::F32 => 4,
-                DType::F16 if f16_caches => 2,
+                DType::F16 => 2,
                 _ => return false,
             };
             d.shape.numel() as u64 * size <= ctx.max_binding
@@ -798,7 +796,7 @@ fn rope_epilogue_at(
     product_buffers: u32,
 ) -> Option<RopePart> {
     let first = last_product + 1;
-    let write_k = rope_kv_at(ctx, instructions, first, true)?;
+    let write_k = rope_kv_at(ctx, instructions, first)?;
     let [Instruction::Rope(rq), Instruction::Rope(rk), Instruction::KvWrite(kk), Instruction::KvWrite(kv)] =
         instructions.get(first..first + 4)?
     else {
@@ -1299,9 +1297,10 @@ mod tests {
             plan
         };
         let build = |rot_dim, v_pos| build_with(rot_dim, v_pos, (DType::F32, DType::F32));
-        // An F16 cache (either): KV_WRITE's own kernels round into it, unfused.
-        assert_eq!(build_with(32, 3, (DType::F16, DType::F32)), Plan::unfused(4));
-        assert_eq!(build_with(32, 3, (DType::F32, DType::F16)), Plan::unfused(4));
+        // F16 caches (either or both) fuse too: the kernel rounds into them.
+        for caches in [(DType::F16, DType::F32), (DType::F32, DType::F16), (DType::F16, DType::F16)] {
+            assert_eq!(build_with(32, 3, caches).units, [Unit::RopeKv { first: 0, write_k: true }]);
+        }
         // k is not written again in the program: the rotated k is its last write, kept.
         assert_eq!(build(32, 3).units, [Unit::RopeKv { first: 0, write_k: true }]);
         assert_eq!(build(32, 3).patterns(), [Pattern::RopeKvWrite]);

@@ -597,6 +597,27 @@ proptest! {
     }
 }
 
+/// A prefill chunk of Llama-style layers (4 rows: ROPE + KV_WRITE as `rope_kv.wgsl`) over
+/// F16 caches (seed 1) and F32 ones (seed 2): fused equal unfused bit for bit, caches
+/// included, and the ROPEs and KV_WRITEs are one dispatch.
+#[test]
+fn llama_prefill_rope_kv_write_fuses_over_f16_and_f32_caches() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    for seed in [1, 2] {
+        let (dtype, acts) = (DType::F16, LinearActivations::F32);
+        let c = LlamaLayer { dtype, acts, n: 4, d: 96, ff: 130, vocab: 50, head_dim: 24, kv_heads: 2, pos: 5, seed };
+        let inputs = c.inputs();
+        let kernels = Kernels { portable: false, gpu: false };
+        let (fused, unfused, _, fk, _) =
+            fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        assert_bits(&fused, &unfused, &format!("{c:?}")).unwrap_or_else(|e| panic!("{e}"));
+        let rope_kv = fk.iter().filter(|k| k.ends_with(":rope_kv")).count();
+        assert_eq!(rope_kv, LLAMA_LAYERS, "f16 caches: {}: {fk:?}", c.f16_caches());
+    }
+}
+
 /// Every pattern of a Llama-style layer is fused: the dispatches of two layers, the final
 /// norm, the head and ARGMAX at one token, fused vs unfused (`dispatched_kernels`), with
 /// int8-block activations (Q8_0) and f32 ones (F16), at position 1 (one tile of cache:

@@ -7,9 +7,11 @@
 //! k cache) and v's words; k itself is written only when a later instruction reads it.
 //! The rotations are rope.wgsl's arithmetic (`rope_math.wgsl`), bit for bit.
 //!
-//! Reads and writes `4·n·(d_q + 2·d_kv)` bytes of q, k and v, writes `4·n·2·d_kv` of cache.
+//! Reads and writes `4·n·(d_q + 2·d_kv)` bytes of q, k and v, writes `4·n·2·d_kv` of cache
+//! (half that into F16 caches, each element rounded as KV_WRITE rounds).
 
 use purebee_isa::ops::{KvWrite, Rope, RopeStyle};
+use purebee_memory::DType;
 
 use super::{KernelCall, RecordCtx, Shader, Storage};
 use crate::pipelines::PipelineKey;
@@ -81,11 +83,18 @@ pub(crate) fn record(
         RopeStyle::Normal => 0,
     };
     let t = |id| Storage::Tensor(id, 0);
+    let f16 = |id| -> Result<bool, GpuError> { Ok(ctx.desc(id)?.dtype == DType::F16) };
     Ok(KernelCall {
         key: PipelineKey {
             shader: Shader::RopeKv,
             entry: "rope_kv",
-            constants: vec![("WG", WG), ("NEOX", neox), ("WRITE_K", u32::from(write_k))],
+            constants: vec![
+                ("WG", WG),
+                ("NEOX", neox),
+                ("WRITE_K", u32::from(write_k)),
+                ("K_F16", u32::from(f16(kk.cache)?)),
+                ("V_F16", u32::from(f16(kv.cache)?)),
+            ],
         },
         params: bytemuck::bytes_of(&params).to_vec(),
         storage: vec![

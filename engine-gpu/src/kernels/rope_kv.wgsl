@@ -12,6 +12,12 @@
 // instructions; each pair is read and written by one invocation only. As kv_write.wgsl,
 // the kernel checks pos + n ≤ n_ctx again (the host checked it before the run) so that it
 // never writes out of bounds.
+//
+// The caches are words: F32 elements (K_F16 / V_F16 = 0, stored as their bits), or F16
+// elements two to a word (element i in the low half of word i / 2 when i is even), each
+// rounded to nearest even on its bits (f16_bits, as kv_write.wgsl: the ISA's rounding) and
+// stored into its half with an atomicAnd and an atomicOr, since the word's other half is
+// another invocation's element.
 
 struct Params {
     // Elements per row of q and k.
@@ -44,13 +50,69 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;
 @group(0) @binding(2) var<storage, read_write> k: array<f32>;
 @group(0) @binding(3) var<storage, read> v: array<u32>;
-@group(0) @binding(4) var<storage, read_write> k_cache: array<f32>;
-@group(0) @binding(5) var<storage, read_write> v_cache: array<u32>;
+@group(0) @binding(4) var<storage, read_write> k_cache: array<atomic<u32>>;
+@group(0) @binding(5) var<storage, read_write> v_cache: array<atomic<u32>>;
 @group(0) @binding(6) var<storage, read> run: array<u32>;
 
 override WG: u32 = 256u;
 // 1 when the rotated k must be written back to k.
 override WRITE_K: u32 = 1u;
+// 1 when the k (v) cache is F16.
+override K_F16: u32 = 0u;
+override V_F16: u32 = 0u;
+
+// kv_write.wgsl's f16_bits: the f16 nearest the f32 with bits `b`, ties to even; overflow
+// to inf, NaN to the quiet NaN with its sign and top ten payload bits.
+fn f16_bits(b: u32) -> u32 {
+    let sign = (b >> 16u) & 0x8000u;
+    let e = (b >> 23u) & 0xffu;
+    let man = b & 0x7fffffu;
+    if (e == 0xffu) {
+        return sign | select(0x7e00u | (man >> 13u), 0x7c00u, man == 0u);
+    }
+    if (e > 142u) {
+        return sign | 0x7c00u;
+    }
+    let sig = select(man | 0x800000u, man, e == 0u);
+    var kept: u32;
+    var shift: u32;
+    if (e >= 113u) {
+        kept = ((e - 112u) << 10u) | (man >> 13u);
+        shift = 13u;
+    } else {
+        shift = 126u - e;
+        if (shift > 25u) {
+            return sign;
+        }
+        kept = sig >> shift;
+    }
+    let rest = sig & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    let up = rest > half || (rest == half && (kept & 1u) == 1u);
+    return sign | (kept + select(0u, 1u, up));
+}
+
+// Element i of the k cache = the f32 with bits `b`.
+fn store_k(i: u32, b: u32) {
+    if (K_F16 == 0u) {
+        atomicStore(&k_cache[i], b);
+        return;
+    }
+    let shift = 16u * (i & 1u);
+    atomicAnd(&k_cache[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&k_cache[i >> 1u], f16_bits(b) << shift);
+}
+
+// Element i of the v cache = the f32 with bits `b`.
+fn store_v(i: u32, b: u32) {
+    if (V_F16 == 0u) {
+        atomicStore(&v_cache[i], b);
+        return;
+    }
+    let shift = 16u * (i & 1u);
+    atomicAnd(&v_cache[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&v_cache[i >> 1u], f16_bits(b) << shift);
+}
 
 // pos + n ≤ n_ctx, written so that nothing wraps.
 fn fits(pos: u32, n_ctx: u32) -> bool {
@@ -82,13 +144,13 @@ fn rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
             k[it.b] = yb;
         }
         if (fits(pos, p.k_ctx)) {
-            k_cache[pos * p.k_width + it.a] = ya;
-            k_cache[pos * p.k_width + it.b] = yb;
+            store_k(pos * p.k_width + it.a, bitcast<u32>(ya));
+            store_k(pos * p.k_width + it.b, bitcast<u32>(yb));
         }
         return;
     }
     let i = g - p.q_total - p.k_total;
     if (i < p.v_words && fits(pos, p.v_ctx)) {
-        v_cache[pos * p.v_width + i] = v[i];
+        store_v(pos * p.v_width + i, v[i]);
     }
 }
