@@ -16,8 +16,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use purebee_engine_ref::RefEngine;
 use purebee_isa::ops::{
-    Argmax, Attention, Binary, BitLinear, Embed, Free, GridAlloc, GridWrite, KvWrite, Linear, LinearActivations,
-    RmsNorm, Rope, RopeStyle, Softmax, TopK, Unary,
+    Argmax, Attention, Binary, BitLinear, CacheRows, Embed, Free, GridAlloc, GridWrite, KvWrite, Linear,
+    LinearActivations, PagedRows, RmsNorm, Rope, RopeStyle, RowPositions, Softmax, TopK, Unary,
 };
 use purebee_isa::{Engine, F32Arg, Instruction, ParamValue, ProgramBuilder, TensorId, U32Arg};
 use purebee_memory::{HostTensor, Shape, ALL_DTYPES};
@@ -83,11 +83,41 @@ enum Op {
     Relu2(u8, u8),
     Gelu(u8, u8),
     Softmax(u8, u8),
-    Rope { out: u8, x: u8, head_dim: u32, rot_dim: u32, neox: bool, base: F32Sel, pos: U32Sel },
-    KvWrite(u8, u8, U32Sel),
-    Attention { out: u8, q: u8, k: u8, v: u8, head_dim: u32, rows: (U32Sel).into() },
+    Rope {
+        out: u8,
+        x: u8,
+        head_dim: u32,
+        rot_dim: u32,
+        neox: bool,
+        base: F32Sel,
+        pos: RowsSel,
+    },
+    KvWrite(u8, u8, RowsSel),
+    Attention {
+        out: u8,
+        q: u8,
+        k: u8,
+        v: u8,
+        head_dim: u32,
+        rows: RowsSel,
+    },
     Argmax(u8, u8),
-    TopK { values: u8, ids: u8, x: u8, k: u32 },
+    TopK {
+        values: u8,
+        ids: u8,
+        x: u8,
+        k: u32,
+        lse: Option<u8>,
+    },
+}
+
+/// Where the rows of ROPE, KV_WRITE and ATTENTION sit: consecutive positions, or per-row
+/// positions, sequences and a page table (tensors, any dtype and contents: the checks are
+/// fuzzed).
+#[derive(Arbitrary, Debug)]
+enum RowsSel {
+    Consecutive(U32Sel),
+    Paged { pos: u8, seq: u8, pages: u8, page_size: u32 },
 }
 
 /// `n` bytes repeating `pattern` (zeros without one).
@@ -110,8 +140,9 @@ fuzz_target!(|input: Input| {
         let id = match &spec.data {
             None => reg.declare(&name, dtype, shape),
             Some(pattern) => match dtype.tensor_bytes(shape.rows(), shape.cols()) {
-                Some(n) => HostTensor::from_bytes(&name, dtype, shape, &fill(pattern, n))
-                    .and_then(|t| reg.insert(&name, t)),
+                Some(n) => {
+                    HostTensor::from_bytes(&name, dtype, shape, &fill(pattern, n)).and_then(|t| reg.insert(&name, t))
+                }
                 None => continue,
             },
         };
@@ -144,6 +175,12 @@ fuzz_target!(|input: Input| {
             _ => F32Arg::Const(f32::from(*p)),
         },
     };
+    let cache_rows = |s: &RowsSel| match s {
+        RowsSel::Consecutive(start) => CacheRows::Consecutive(u32_arg(start)),
+        RowsSel::Paged { pos, seq, pages, page_size } => {
+            CacheRows::Paged(PagedRows { pos: t(*pos), seq: t(*seq), pages: t(*pages), page_size: *page_size })
+        }
+    };
     for op in input.ops.iter().take(MAX_OPS) {
         let i = match op {
             Op::GridAlloc(x) => Instruction::GridAlloc(GridAlloc { tensor: t(*x) }),
@@ -156,7 +193,9 @@ fuzz_target!(|input: Input| {
             Op::Free(x) => Instruction::Free(Free { tensor: t(*x) }),
             Op::Sync => Instruction::Sync,
             Op::Embed(o, table, i) => Instruction::Embed(Embed { out: t(*o), table: t(*table), ids: t(*i) }),
-            Op::RmsNorm(o, x, w, eps) => Instruction::RmsNorm(RmsNorm { out: t(*o), x: t(*x), weight: t(*w), eps: *eps }),
+            Op::RmsNorm(o, x, w, eps) => {
+                Instruction::RmsNorm(RmsNorm { out: t(*o), x: t(*x), weight: t(*w), eps: *eps })
+            }
             Op::Linear(o, x, w, int8) => Instruction::Linear(Linear {
                 out: t(*o),
                 x: t(*x),
@@ -172,27 +211,32 @@ fuzz_target!(|input: Input| {
             Op::Relu2(o, x) => Instruction::Relu2(Unary { out: t(*o), x: t(*x) }),
             Op::Gelu(o, x) => Instruction::Gelu(Unary { out: t(*o), x: t(*x) }),
             Op::Softmax(o, x) => Instruction::Softmax(Softmax { out: t(*o), x: t(*x) }),
-            Op::Rope { out, x, head_dim, rot_dim, neox, base, pos: pos.into() } => Instruction::Rope(Rope {
+            Op::Rope { out, x, head_dim, rot_dim, neox, base, pos } => Instruction::Rope(Rope {
                 out: t(*out),
                 x: t(*x),
                 head_dim: *head_dim,
                 rot_dim: *rot_dim,
                 style: if *neox { RopeStyle::Neox } else { RopeStyle::Normal },
                 base: f32_arg(base),
-                pos: u32_arg(pos),
+                pos: match cache_rows(pos) {
+                    CacheRows::Consecutive(start) => RowPositions::Consecutive(start),
+                    CacheRows::Paged(p) => RowPositions::PerRow(p.pos),
+                },
             }),
-            Op::KvWrite(c, s, pos) => Instruction::KvWrite(KvWrite { cache: t(*c), src: t(*s), pos: u32_arg(pos) }),
-            Op::Attention { out, q, k, v, head_dim, rows: pos.into() } => Instruction::Attention(Attention {
+            Op::KvWrite(c, s, rows) => {
+                Instruction::KvWrite(KvWrite { cache: t(*c), src: t(*s), rows: cache_rows(rows) })
+            }
+            Op::Attention { out, q, k, v, head_dim, rows } => Instruction::Attention(Attention {
                 out: t(*out),
                 q: t(*q),
                 k_cache: t(*k),
                 v_cache: t(*v),
                 head_dim: *head_dim,
-                pos: u32_arg(pos),
+                rows: cache_rows(rows),
             }),
             Op::Argmax(o, x) => Instruction::Argmax(Argmax { out: t(*o), x: t(*x) }),
-            Op::TopK { values, ids, x, k } => {
-                Instruction::TopK(TopK { values: t(*values), ids: t(*ids), x: t(*x), k: *k, lse: None })
+            Op::TopK { values, ids, x, k, lse } => {
+                Instruction::TopK(TopK { values: t(*values), ids: t(*ids), x: t(*x), k: *k, lse: lse.map(t) })
             }
         };
         let _ = b.push(i);
