@@ -58,9 +58,11 @@ impl From<u32> for CacheRows {
 /// - `pos`, `seq`: U32 `[n]`, one per row of the instruction; `pages`: U32
 ///   `[n_seq, max_pages]`. All three are written by the host before the run.
 /// - Run-time errors ([`ExecError::IndexOutOfRange`]), checked before anything is
-///   written: `seq[r] ≥ n_seq`; a position whose page index `t / page_size` is not below
-///   `max_pages`; a page a row touches that does not lie wholly inside the cache
-///   (`pages[s, j] ≥ n_ctx / page_size`).
+///   written: `seq[r] ≥ n_seq`; a position not below `n_ctx` (a sequence's positions each
+///   have their own cache row, so none holds more than the cache; this also bounds an
+///   ATTENTION row's work by the cache's size); a position whose page index
+///   `t / page_size` is not below `max_pages`; a page a row touches that does not lie
+///   wholly inside the cache (`pages[s, j] ≥ n_ctx / page_size`).
 /// - Sequences may share pages (a common prefix); which pages a sequence owns is the
 ///   host's business.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +128,10 @@ impl PagedRows {
             let s = s as usize;
             if s >= n_seq {
                 return Err(bad(names[1], r, s as u64, format!("below the {n_seq} rows of '{}'", names[2])));
+            }
+            if p as usize >= n_ctx {
+                let expected = format!("below {n_ctx} (a sequence holds at most the cache's rows)");
+                return Err(bad(names[0], r, p as u64, expected));
             }
             let last_page = p as usize / page;
             if last_page >= max_pages {
