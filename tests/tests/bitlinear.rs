@@ -329,7 +329,7 @@ fn k_for(dtype: DType) -> BoxedStrategy<usize> {
 }
 
 /// (dtype, n, m, k, seed, with_scale, portable); one token half of the time (`gemv`), else
-/// 2..=70 (`tiled`, over three 32-token tiles); long rows with at most 40 rows and 4 tokens,
+/// 2..=70 (the CPU's few-token path up to 8, then `tiled`, over three 32-token tiles); long rows with at most 40 rows and 4 tokens,
 /// which keeps the reference's time short.
 fn case() -> impl Strategy<Value = (DType, usize, usize, usize, u64, bool, bool)> {
     (0..FORMATS.len()).prop_flat_map(|f| {
@@ -387,7 +387,8 @@ fn every_format_kernel_path_and_output_scale() {
     for dtype in FORMATS {
         // I2_S: 384 columns, one and a half 256-column tiles.
         let k = if dtype == DType::I2_S { 384 } else { 512 };
-        for n in [1, 37] {
+        // One token, a few (the packed one-token kernels per token), many (unpacked tiles).
+        for n in [1, 5, 37] {
             for with_scale in [false, true] {
                 for portable in [false, true] {
                     for data in [Data::Exact, Data::Random] {

@@ -8,8 +8,14 @@
 //!
 //! - One token: each thread takes blocks of weight rows and sums straight from the packed
 //!   2-bit codes (TQ2_0, I2_S) or from a TQ1_0 block unpacked to one code per byte.
+//! - A few tokens (a batched decode step, at most [`FEW_TOKENS`]): each task takes a tile of
+//!   [`FEW_TOKENS_ROWS`] rows and sums it for every token straight from the packed codes,
+//!   as one token does: the tile's bytes come from memory once and from L1 for the other
+//!   tokens, with no unpacking.
 //! - Several tokens: weight-stationary; a tile of rows is unpacked to one code per byte
 //!   once, then multiplied against every token.
+//!
+//! Every path gives the reference's bits, so which one runs never changes a row's result.
 
 use purebee_isa::ops::BitLinear;
 use purebee_isa::ExecError;
@@ -102,6 +108,8 @@ pub(crate) fn run(e: &mut Exec, b: &BitLinear) -> Result<(), ExecError> {
         let out = f32s_mut(words, n * m);
         if n == 1 {
             gemv(pool, level, &w, acts, out_scale, out);
+        } else if n <= FEW_TOKENS {
+            gemv_tokens(pool, level, &w, acts, n, out_scale, out);
         } else {
             gemm(pool, level, &w, acts, n, out_scale, out);
         }
@@ -219,52 +227,88 @@ impl<'a> Ternary<'a> {
 }
 
 fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
-    let q = acts.q(0);
-    let nb = w.blocks();
     // Σ q per scale block and the activation scale, once for every part.
-    let qsums = acts.block_sums(0, w.block_len());
-    let s = acts.s[0] as f64;
+    let token = Token { q: acts.q(0), qsums: acts.block_sums(0, w.block_len()), s: acts.s[0] as f64 };
     // Parts claimed as threads get free, long at first and short at the end
     // (`for_each_guided`): a part's rows are one stream for the prefetchers, which start
     // cold at every part, and the threads finish together. On the 2B decode the threads
     // were busy 91–94 % of each call with four equal tasks per thread, 95–96 % so.
-    pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| {
-        if w.dtype == DType::TQ2_0 {
-            // The sums of a run of rows in one kernel call, then their scaling: the f64
-            // divisions then overlap instead of each waiting behind the next row's sum.
-            let mut sums = [0f64; 64];
-            for (c, ys) in o.chunks_mut(sums.len()).enumerate() {
-                let rows = w.rows(first + 64 * c, ys.len());
-                t::tq2_0_rows_sum(level, rows, w.row_bytes, q, &qsums, &mut sums[..ys.len()]);
-                for (y, &sum) in ys.iter_mut().zip(&sums) {
-                    *y = ((sum / s) * out_scale) as f32;
-                }
-            }
-            return;
-        }
-        if w.dtype == DType::I2_S {
-            // One block per row: the raw sums of a run of rows in one kernel call, then their
-            // scaling, as for TQ2_0 above.
-            let mut raws = [0i32; 64];
-            for (c, ys) in o.chunks_mut(raws.len()).enumerate() {
-                let (first, raws) = (first + 64 * c, &mut raws[..ys.len()]);
-                t::packed_dot_rows(level, w.rows(first, ys.len()), w.row_bytes, &t::I2_S_SHIFTS, q, raws);
-                w.finish_rows(first, &qsums, s, out_scale, raws, ys);
-            }
-            return;
-        }
-        // TQ1_0: each block unpacked to one code per byte.
-        let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
-        let mut codes = [0u8; 256];
-        for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
-            let row = w.row(first + jj);
-            for (b, r) in raw.iter_mut().enumerate() {
-                t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
-                *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
+    pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| one_token_rows(level, w, &token, out_scale, first, o));
+}
+
+/// The most tokens that take [`gemv_tokens`] (more go through the unpacked tiles of
+/// `gemm`).
+const FEW_TOKENS: usize = 8;
+/// Rows per task of [`gemv_tokens`]: 21 KB of TQ2_0 rows of 2560, which stay in L1 while
+/// every token passes over them.
+const FEW_TOKENS_ROWS: usize = 32;
+
+/// A few tokens: each task sums a tile of rows for every token with the one-token
+/// kernels (the tile read from memory once), into `[rows, n]`, then transposed into `out`.
+fn gemv_tokens(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
+    let m = out.len() / n.max(1);
+    let tokens: Vec<Token> =
+        (0..n).map(|t| Token { q: acts.q(t), qsums: acts.block_sums(t, w.block_len()), s: acts.s[t] as f64 }).collect();
+    let mut by_row = vec![0f32; m * n];
+    pool.for_each_chunk(&mut by_row, FEW_TOKENS_ROWS * n, &|i, o| {
+        let rows = o.len() / n;
+        let mut ys = [0f32; FEW_TOKENS_ROWS];
+        for (t, token) in tokens.iter().enumerate() {
+            one_token_rows(level, w, token, out_scale, i * FEW_TOKENS_ROWS, &mut ys[..rows]);
+            for (r, &y) in ys[..rows].iter().enumerate() {
+                o[r * n + t] = y;
             }
         }
-        w.finish_rows(first, &qsums, s, out_scale, &raws, o);
     });
+    transpose(pool, &by_row, m, n, out);
+}
+
+/// One token's int8 activations, their sums per scale block and their scale.
+struct Token<'a> {
+    q: &'a [i8],
+    qsums: Vec<i32>,
+    s: f64,
+}
+
+/// `o[jj]`: row `first + jj` against one token, summed from the packed codes.
+fn one_token_rows(level: Simd, w: &Ternary, token: &Token, out_scale: f64, first: usize, o: &mut [f32]) {
+    let (q, qsums, s) = (token.q, &token.qsums, token.s);
+    let nb = w.blocks();
+    if w.dtype == DType::TQ2_0 {
+        // The sums of a run of rows in one kernel call, then their scaling: the f64
+        // divisions then overlap instead of each waiting behind the next row's sum.
+        let mut sums = [0f64; 64];
+        for (c, ys) in o.chunks_mut(sums.len()).enumerate() {
+            let rows = w.rows(first + 64 * c, ys.len());
+            t::tq2_0_rows_sum(level, rows, w.row_bytes, q, qsums, &mut sums[..ys.len()]);
+            for (y, &sum) in ys.iter_mut().zip(&sums) {
+                *y = ((sum / s) * out_scale) as f32;
+            }
+        }
+        return;
+    }
+    if w.dtype == DType::I2_S {
+        // One block per row: the raw sums of a run of rows in one kernel call, then their
+        // scaling, as for TQ2_0 above.
+        let mut raws = [0i32; 64];
+        for (c, ys) in o.chunks_mut(raws.len()).enumerate() {
+            let (first, raws) = (first + 64 * c, &mut raws[..ys.len()]);
+            t::packed_dot_rows(level, w.rows(first, ys.len()), w.row_bytes, &t::I2_S_SHIFTS, q, raws);
+            w.finish_rows(first, qsums, s, out_scale, raws, ys);
+        }
+        return;
+    }
+    // TQ1_0: each block unpacked to one code per byte.
+    let mut raws = vec![0i32; o.len() * nb]; // [rows, blocks]
+    let mut codes = [0u8; 256];
+    for (jj, raw) in raws.chunks_exact_mut(nb.max(1)).enumerate() {
+        let row = w.row(first + jj);
+        for (b, r) in raw.iter_mut().enumerate() {
+            t::unpack_tq1_0_block(&row[54 * b..54 * b + 52], &mut codes);
+            *r = t::codes_dot(level, &codes, &q[256 * b..256 * b + 256]);
+        }
+    }
+    w.finish_rows(first, qsums, s, out_scale, &raws, o);
 }
 
 /// The shortest part of a decode GEMV's rows that a thread claims (see `gemv`): 21 KB of
