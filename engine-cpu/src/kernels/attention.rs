@@ -35,6 +35,7 @@ pub trait CacheElem: Copy + Send + Sync + 'static {
     /// # Safety
     /// Eight elements are readable from `p`, and the CPU has AVX2 and F16C.
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: a contract for callers (above); each impl's body says how it keeps it.
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
 }
 
@@ -51,6 +52,7 @@ impl CacheElem for f32 {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
+    // SAFETY: the trait's contract: eight f32 readable at `p`, AVX2 present.
     unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
         // SAFETY: the caller's promise.
         unsafe { std::arch::x86_64::_mm256_loadu_ps(p) }
@@ -72,6 +74,7 @@ impl CacheElem for u16 {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
+    // SAFETY: the trait's contract: eight halves readable at `p`, F16C present.
     unsafe fn load8(p: *const u16) -> std::arch::x86_64::__m256 {
         use std::arch::x86_64::*;
         // SAFETY: the caller's promise (8 halves: 16 bytes).
