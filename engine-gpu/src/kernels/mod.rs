@@ -290,6 +290,7 @@ impl Shader {
                 include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("rope_math.wgsl"),
+                include_str!("f16_bits.wgsl"),
                 include_str!("rope_qkv.wgsl")
             ),
             Shader::LinearMultiSubgroup => concat!(
@@ -301,6 +302,7 @@ impl Shader {
                 include_str!("product_store.wgsl"),
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("rope_math.wgsl"),
+                include_str!("f16_bits.wgsl"),
                 include_str!("rope_qkv.wgsl")
             ),
             Shader::Linear => concat!(
@@ -367,6 +369,7 @@ impl Shader {
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("bitlinear_multi.wgsl"),
                 include_str!("rope_math.wgsl"),
+                include_str!("f16_bits.wgsl"),
                 include_str!("rope_qkv.wgsl")
             ),
             Shader::BitlinearMultiSubgroup => concat!(
@@ -377,6 +380,7 @@ impl Shader {
                 include_str!("elementwise_ops.wgsl"),
                 include_str!("bitlinear_multi.wgsl"),
                 include_str!("rope_math.wgsl"),
+                include_str!("f16_bits.wgsl"),
                 include_str!("rope_qkv.wgsl")
             ),
             Shader::NormQuant => concat!(
@@ -394,8 +398,10 @@ impl Shader {
                 include_str!("norm_quant.wgsl")
             ),
             Shader::Rope => concat!(include_str!("rope_math.wgsl"), include_str!("rope.wgsl")),
-            Shader::RopeKv => concat!(include_str!("rope_math.wgsl"), include_str!("rope_kv.wgsl")),
-            Shader::KvWrite => include_str!("kv_write.wgsl"),
+            Shader::RopeKv => {
+                concat!(include_str!("rope_math.wgsl"), include_str!("f16_bits.wgsl"), include_str!("rope_kv.wgsl"))
+            }
+            Shader::KvWrite => concat!(include_str!("f16_bits.wgsl"), include_str!("kv_write.wgsl")),
             // act_quant.wgsl: combine_rounded's int8-block rounding.
             Shader::Attention => concat!(
                 include_str!("act_quant.wgsl"),

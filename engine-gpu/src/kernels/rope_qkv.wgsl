@@ -31,37 +31,6 @@ override WRITE_V: u32 = 1u;
 override K_F16: u32 = 0u;
 override V_F16: u32 = 0u;
 
-// kv_write.wgsl's f16_bits: the f16 nearest the f32 with bits `b`, ties to even; overflow
-// to inf, NaN to the quiet NaN with its sign and top ten payload bits.
-fn f16_bits(b: u32) -> u32 {
-    let sign = (b >> 16u) & 0x8000u;
-    let e = (b >> 23u) & 0xffu;
-    let man = b & 0x7fffffu;
-    if (e == 0xffu) {
-        return sign | select(0x7e00u | (man >> 13u), 0x7c00u, man == 0u);
-    }
-    if (e > 142u) {
-        return sign | 0x7c00u;
-    }
-    let sig = select(man | 0x800000u, man, e == 0u);
-    var kept: u32;
-    var shift: u32;
-    if (e >= 113u) {
-        kept = ((e - 112u) << 10u) | (man >> 13u);
-        shift = 13u;
-    } else {
-        shift = 126u - e;
-        if (shift > 25u) {
-            return sign;
-        }
-        kept = sig >> shift;
-    }
-    let rest = sig & ((1u << shift) - 1u);
-    let half = 1u << (shift - 1u);
-    let up = rest > half || (rest == half && (kept & 1u) == 1u);
-    return sign | (kept + select(0u, 1u, up));
-}
-
 // Element i of the k cache = x.
 fn store_k(i: u32, x: f32) {
     if (K_F16 == 0u) {
