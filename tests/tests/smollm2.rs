@@ -293,3 +293,47 @@ fn smollm2_on_the_cpu_engine_matches_llama_cpp_and_the_reference_engine() {
         });
     }
 }
+
+/// With the F16 KV cache every command uses by default, next to llama.cpp's own run with its
+/// default F16 cache (`*.kvf16_fa.json`: its ids and the top-5 logits of each step):
+/// teacher-forced on llama.cpp's ids, on the CPU engine with int8-block activations (as
+/// `run`), every one of its top-5 logits within `MAX_ABS_VS_LLAMA_CPP_INT8`, and our greedy
+/// id equal to its top-1 wherever its margin exceeds `DECISIVE_MARGIN`.
+#[test]
+fn smollm2_with_f16_caches_stays_within_bounds_of_llama_cpps_f16_cache_run() {
+    let Some(path) = smollm2_gguf() else { return };
+    let file = GgufFile::open(&path).expect("SmolLM2 opens");
+    let threads = Some(2.min(purebee_engine_cpu::logical_cpus()));
+    let engine = CpuEngine::new(&CpuOptions { threads, simd: None }).expect("CPU engine");
+    let mut model = Model::load(engine, &file).expect("model loads");
+    assert_eq!(model.kv_cache_types(), KvCacheTypes::default(), "F16 caches by default");
+    for name in ["once", "chat_nosys"] {
+        let text = std::fs::read_to_string(fixtures_dir().join("smollm2").join(format!("{name}.kvf16_fa.json")))
+            .expect("case json");
+        let j: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let ids =
+            |k: &str| j[k].as_array().expect(k).iter().map(|v| v.as_u64().expect("id") as u32).collect::<Vec<_>>();
+        let (prompt, generated) = (ids("prompt_token_ids"), ids("generated_token_ids"));
+        let forced: Vec<u32> = prompt.iter().chain(&generated[..generated.len() - 1]).copied().collect();
+        let mut session = model.new_session(1024).expect("session");
+        let logits = model.forward(&mut session, &forced, 0, LogitsRows::All).expect("prefill");
+        let vocab = model.config().n_vocab;
+        let mut worst = 0f32;
+        for (s, step) in j["steps_top5"].as_array().expect("steps").iter().enumerate() {
+            let row = &logits[(prompt.len() - 1 + s) * vocab..][..vocab];
+            for pair in step["top"].as_array().expect("top") {
+                let (id, want) = (pair[0].as_u64().expect("id") as usize, pair[1].as_f64().expect("logit") as f32);
+                let diff = (row[id] - want).abs();
+                worst = worst.max(diff);
+                assert!(diff <= MAX_ABS_VS_LLAMA_CPP_INT8, "{name} step {s}: token {id}: {} vs {want}", row[id]);
+            }
+            let margin = step["margin_top1_top2"].as_f64().expect("margin") as f32;
+            if margin > DECISIVE_MARGIN {
+                let top1 = step["top"][0][0].as_u64().expect("id") as usize;
+                assert_eq!(argmax_and_margin(row).0, top1, "{name} step {s}: greedy id (llama.cpp margin {margin})");
+            }
+        }
+        eprintln!("{name}: F16 caches vs llama.cpp's F16-cache run, top-5 logits: max abs {worst:.3}");
+        model.free_session(session).expect("frees");
+    }
+}
