@@ -130,10 +130,7 @@ fn bytes_read(reg: &Registry, i: &Instruction, attended: Option<u64>) -> u64 {
         Instruction::Attention(a) => {
             let positions = attended.unwrap_or(0);
             let cache_row = |id| {
-                reg.desc(id)
-                    .ok()
-                    .and_then(|d| d.dtype.row_bytes(d.shape.cols()).map(|b| (b, d.shape.rows())))
-                    .map_or(0, |(bytes, _)| bytes as u64 * positions)
+                reg.desc(id).ok().and_then(|d| d.dtype.row_bytes(d.shape.cols())).map_or(0, |b| b as u64 * positions)
             };
             tensor_bytes(reg, a.q) + cache_row(a.k_cache) + cache_row(a.v_cache)
         }

@@ -229,11 +229,14 @@ fn attend_paged(s: Shape, (q, k, v): (&[f32], Cache, Cache), rows: &Resolved, po
         let c0 = rows.cache_row(r, t0);
         p[0] = Some(attend(s, &q[r * q_width..(r + 1) * q_width], (k, v), c0, c0 + (t1 - t0)));
     });
+    // The tasks are in row order: each row's parts are the next run of them.
     let mut parts = parts.into_iter().flatten();
     let mut row_parts = Vec::new();
+    let mut next = 0;
     for (r, o) in out.chunks_exact_mut(q_width.max(1)).enumerate() {
+        let count = tasks[next..].iter().take_while(|t| t.0 == r).count();
+        next += count;
         row_parts.clear();
-        let count = tasks.iter().filter(|t| t.0 == r).count();
         row_parts.extend(parts.by_ref().take(count));
         merge(&row_parts, s.hd, o);
     }
