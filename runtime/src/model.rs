@@ -78,7 +78,20 @@ pub(crate) struct Candidates {
     pub values: TensorId,
     /// U32 `[rows, k]`.
     pub ids: TensorId,
+    /// F32 `[rows]`: each row's log-sum-exp, when asked for.
+    pub lse: Option<TensorId>,
     pub live: bool,
+}
+
+/// TOP_K's outputs read back: values and ids (`[rows, k]`), and the rows' log-sum-exps
+/// (empty when not asked for).
+pub(crate) type TopKRead = (Vec<f32>, Vec<u32>, Vec<f32>);
+
+impl Candidates {
+    /// Its outputs: values, ids, and the log-sum-exps when it has them.
+    pub(crate) fn tensors(&self) -> Vec<TensorId> {
+        [self.values, self.ids].into_iter().chain(self.lse).collect()
+    }
 }
 
 /// How the forward pass feeds activations to block-quantized (Q4_0, Q4_1, Q8_0) weights.
@@ -283,8 +296,9 @@ impl<E: Engine> Model<E> {
             }
         }
         for c in session.candidates.values().filter(|c| c.live) {
-            b.free(c.values)?;
-            b.free(c.ids)?;
+            for t in c.tensors() {
+                b.free(t)?;
+            }
         }
         for &t in session.kv.k.iter().chain(&session.kv.v) {
             b.free(t)?;
@@ -333,26 +347,29 @@ impl<E: Engine> Model<E> {
         let k = k.clamp(1, self.config.n_vocab);
         let (key, io) = self.run(session, Input::Host(tokens), pos, LogitsRows::Last)?;
         let prefix = format!("{}.fwd{}.last.top{k}", session.name, key.0);
-        let result = self.top_k_of(&mut session.candidates, (key, k), &prefix, io.logits, 1, k)?;
+        let (values, ids, _) = self.top_k_of(&mut session.candidates, (key, k), &prefix, io.logits, (1, k), false)?;
+        let result = (values, ids);
         self.release_prefill(session, key)?;
         Ok(result)
     }
 
     /// TOP_K with `k` of the `rows` rows of `logits`, through the program kept in
     /// `candidates` under `key` (built the first time); at most one of `candidates` keeps its
-    /// outputs allocated. Returns `(values, ids)`, `[rows, k]` row-major.
+    /// outputs allocated. Returns `(values, ids, lse)`: `[rows, k]` row-major, and with
+    /// `with_lse` each row's log-sum-exp from the same TOP_K (else empty). `key` must tell
+    /// programs with and without it apart.
     pub(crate) fn top_k_of<K: std::hash::Hash + Eq>(
         &mut self,
         candidates: &mut HashMap<K, Candidates>,
         key: K,
         prefix: &str,
         logits: TensorId,
-        rows: usize,
-        k: usize,
-    ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+        (rows, k): (usize, usize),
+        with_lse: bool,
+    ) -> Result<TopKRead, ModelError> {
         let c = match candidates.remove(&key) {
             Some(c) => c,
-            None => self.build_candidates(prefix, logits, rows, k)?,
+            None => self.build_candidates(prefix, logits, rows, k, with_lse)?,
         };
         // At most one TOP_K's outputs stay allocated.
         for other in candidates.values_mut().filter(|o| o.live) {
@@ -365,18 +382,21 @@ impl<E: Engine> Model<E> {
             c.live = true;
         }
         self.engine.execute(&c.pass, &[])?;
-        // Both reads in one go: one submission on a GPU.
-        let mut reads = self.engine.read_later_all(&[c.values, c.ids])?.into_iter();
-        let (Some(values), Some(ids)) = (reads.next(), reads.next()) else {
+        // Every read in one go: one submission on a GPU.
+        let tensors = c.tensors();
+        let pending = self.engine.read_later_all(&tensors)?;
+        if pending.len() != tensors.len() {
             let reason = "read_later_all returned fewer reads than tensors".to_string();
             return Err(ExecError::Device { engine: self.engine.name(), reason }.into());
-        };
-        let (values, ids) = (self.engine.finish_read(values)?, self.engine.finish_read(ids)?);
+        }
+        let mut bytes = Vec::with_capacity(pending.len());
+        for p in pending {
+            bytes.push(self.engine.finish_read(p)?);
+        }
         let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
-        Ok((
-            values.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect(),
-            ids.chunks_exact(4).map(|c| u32::from_le_bytes(word(c))).collect(),
-        ))
+        let f32s = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect::<Vec<f32>>();
+        let ids = bytes[1].chunks_exact(4).map(|c| u32::from_le_bytes(word(c))).collect();
+        Ok((f32s(&bytes[0]), ids, bytes.get(2).map_or_else(Vec::new, |b| f32s(b))))
     }
 
     fn build_candidates(
@@ -385,21 +405,32 @@ impl<E: Engine> Model<E> {
         logits: TensorId,
         rows: usize,
         k: usize,
+        with_lse: bool,
     ) -> Result<Candidates, ModelError> {
         let mut b = ProgramBuilder::new(prefix, self.engine.memory_mut());
         let values = b.declare(&format!("{prefix}.values"), DType::F32, &[rows, k])?;
         let ids = b.declare(&format!("{prefix}.ids"), DType::U32, &[rows, k])?;
-        b.top_k(values, ids, logits, k as u32)?;
+        let lse = if with_lse {
+            let lse = b.declare(&format!("{prefix}.lse"), DType::F32, &[rows])?;
+            b.top_k_lse(values, ids, lse, logits, k as u32)?;
+            Some(lse)
+        } else {
+            b.top_k(values, ids, logits, k as u32)?;
+            None
+        };
         let pass = b.finish();
+        let outputs: Vec<TensorId> = [values, ids].into_iter().chain(lse).collect();
         let mut b = ProgramBuilder::new(&format!("{prefix}.setup"), self.engine.memory_mut());
-        b.grid_alloc(values)?;
-        b.grid_alloc(ids)?;
+        for &t in &outputs {
+            b.grid_alloc(t)?;
+        }
         let setup = b.finish();
         let mut b = ProgramBuilder::new(&format!("{prefix}.teardown"), self.engine.memory_mut());
-        b.free(values)?;
-        b.free(ids)?;
+        for &t in &outputs {
+            b.free(t)?;
+        }
         let teardown = b.finish();
-        Ok(Candidates { setup, pass, teardown, values, ids, live: false })
+        Ok(Candidates { setup, pass, teardown, values, ids, lse, live: false })
     }
 
     /// Runs one token at `pos` of `session` and starts reading its greedy next token back

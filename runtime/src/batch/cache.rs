@@ -42,9 +42,9 @@ pub struct SharedCache {
     pub(crate) n_ctx_train: usize,
     /// Batched forward programs by (rows, output rows).
     pub(crate) forwards: HashMap<(usize, usize), BatchForward>,
-    /// TOP_K programs by (rows, output rows, k) of the forward whose logits they read (at
-    /// most one allocated).
-    pub(crate) candidates: HashMap<(usize, usize, usize), Candidates>,
+    /// TOP_K programs by (rows, output rows, k, with log-sum-exps) of the forward whose
+    /// logits they read (at most one allocated).
+    pub(crate) candidates: HashMap<(usize, usize, usize, bool), Candidates>,
 }
 
 impl SharedCache {
@@ -181,8 +181,9 @@ impl<E: Engine> Model<E> {
             }
         }
         for c in cache.candidates.values().filter(|c| c.live) {
-            b.free(c.values)?;
-            b.free(c.ids)?;
+            for t in c.tensors() {
+                b.free(t)?;
+            }
         }
         for &t in cache.kv.k.iter().chain(&cache.kv.v).chain([&cache.pages]) {
             b.free(t)?;

@@ -5,7 +5,7 @@
 //! way whatever else is in the batch, so a sequence's logits do not depend on its company.
 
 use purebee_isa::ops::PagedRows;
-use purebee_isa::{DType, Engine, Program, ProgramBuilder, TensorId};
+use purebee_isa::{DType, Engine, ProgramBuilder, TensorId};
 
 use super::cache::{SharedCache, PAGE_SIZE};
 
@@ -72,11 +72,6 @@ pub(crate) struct BatchForward {
     pos: TensorId,
     /// Each row's sequence, U32 `[n]`.
     seq: TensorId,
-    /// TOP_K (k = 1) with the log-sum-exp of each of the `m` logits rows, run after the
-    /// pass when a row asks for [`RowRead::TopKLse`]; its outputs live with the pass's.
-    lse_pass: Program,
-    /// The log-sum-exps, F32 `[m]`.
-    lse: TensorId,
 }
 
 impl BatchForward {
@@ -165,14 +160,8 @@ impl<E: Engine> Model<E> {
         for r in rows {
             cache.sequences[r.seq].ids.extend_from_slice(r.ids);
         }
-        let lse = if rows.iter().any(|r| matches!(r.read, Some(RowRead::TopKLse(_)))) {
-            self.engine.execute(&f.lse_pass, &[])?;
-            self.engine.read_f32(f.lse)?
-        } else {
-            Vec::new()
-        };
         let io = (f.forward.io.argmax, f.forward.io.logits);
-        let outputs = self.read_rows(cache, rows, io, key, &lse);
+        let outputs = self.read_rows(cache, rows, io, key);
         if n > KEEP_LIVE_ROWS {
             if let Some(f) = cache.forwards.get_mut(&key) {
                 self.engine.execute(&f.forward.teardown, &[])?;
@@ -213,14 +202,14 @@ impl<E: Engine> Model<E> {
     }
 
     /// Reads what each entry asked for from the ARGMAX and logits of the `m` selected rows
-    /// of the `(n, m)` forward (`lse`: their log-sum-exps, when one asked for them).
+    /// of the `(n, m)` forward: one TOP_K for every candidate read, with the rows'
+    /// log-sum-exps when one asked for them.
     fn read_rows(
         &mut self,
         cache: &mut SharedCache,
         rows: &[BatchRows],
         (argmax, logits): (TensorId, TensorId),
         (n, m): (usize, usize),
-        lse: &[f32],
     ) -> Result<Vec<Option<RowOutput>>, ModelError> {
         let reads = || rows.iter().filter_map(|r| r.read);
         let tokens = if reads().any(|r| r == RowRead::Greedy) { self.engine.read_u32(argmax)? } else { Vec::new() };
@@ -231,12 +220,16 @@ impl<E: Engine> Model<E> {
                 _ => None,
             })
             .max();
-        let top = match k {
+        let with_lse = reads().any(|r| matches!(r, RowRead::TopKLse(_)));
+        let (top, lse) = match k {
             Some(k) => {
-                let prefix = format!("{}.batch{n}x{m}.top{k}", cache.name);
-                Some(self.top_k_of(&mut cache.candidates, (n, m, k), &prefix, logits, m, k)?)
+                let prefix = format!("{}.batch{n}x{m}.top{k}{}", cache.name, if with_lse { ".lse" } else { "" });
+                let key = (n, m, k, with_lse);
+                let (values, ids, lse) =
+                    self.top_k_of(&mut cache.candidates, key, &prefix, logits, (m, k), with_lse)?;
+                (Some((values, ids)), lse)
             }
-            None => None,
+            None => (None, Vec::new()),
         };
         let full = if reads().any(|r| r == RowRead::Full) { self.engine.read_f32(logits)? } else { Vec::new() };
         let mut out = Vec::with_capacity(rows.len());
@@ -275,15 +268,9 @@ impl<E: Engine> Model<E> {
         let (cfg, w, acts) = (&self.config, &self.weights, self.activations);
         let mut io =
             record_forward(&mut b, cfg, w, &cache.kv, n, Head::Selected(m), &prefix, Place::Paged(paged), acts)?;
-        let lse = b.declare(&format!("{prefix}.lse"), DType::F32, &[m])?;
-        let lse_top = b.declare(&format!("{prefix}.lse_top"), DType::F32, &[m, 1])?;
-        let lse_id = b.declare(&format!("{prefix}.lse_id"), DType::U32, &[m, 1])?;
-        io.tensors.extend([pos, seq, lse, lse_top, lse_id]);
+        io.tensors.extend([pos, seq]);
         let pass = b.finish();
-        let mut b = ProgramBuilder::new(&format!("{prefix}.lse_pass"), self.engine.memory_mut());
-        b.top_k_lse(lse_top, lse_id, lse, io.logits, 1)?;
-        let lse_pass = b.finish();
         let forward = self.forward_programs(&prefix, pass, io)?;
-        Ok(BatchForward { forward, pos, seq, lse_pass, lse })
+        Ok(BatchForward { forward, pos, seq })
     }
 }
