@@ -64,68 +64,79 @@ fn store_f16(at: u32, i: u32) {
     atomicOr(&cache_h[word], f16_bits(src[i]) << shift);
 }
 
-@compute @workgroup_size(WG)
-fn kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-            @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
+// No element: the invocation is past the rows, or its row is out of range.
+const NONE: u32 = 0xffffffffu;
+
+// The cache element of src element `i` at consecutive positions, or NONE.
+fn consecutive_element(i: u32) -> u32 {
     let pos = select(p.pos_value, run[p.pos_param], p.pos_param != 0xffffffffu);
     // pos + n <= n_ctx, written so that nothing wraps; then pos · w + i < n_ctx · w.
     if (i >= p.n_words || pos > p.n_ctx || p.n_rows > p.n_ctx - pos) {
-        return;
+        return NONE;
     }
-    cache[pos * p.width + i] = src[i];
+    return pos * p.width + i;
+}
+
+// The cache element of src element `i` through its row's page, or NONE.
+fn paged_element(i: u32) -> u32 {
+    if (i >= p.n_words) {
+        return NONE;
+    }
+    let r = i / p.width;
+    let t = row_pos[r];
+    let s = row_seq[r];
+    let page_index = t / p.page_size;
+    if (s >= p.n_seq || page_index >= p.max_pages) {
+        return NONE;
+    }
+    let page = pages[s * p.max_pages + page_index];
+    if (page >= p.pages_in_cache) {
+        return NONE;
+    }
+    // page · page_size + t % page_size < pages_in_cache · page_size <= n_ctx.
+    return (page * p.page_size + t % p.page_size) * p.width + i % p.width;
+}
+
+fn invocation(wid: vec3<u32>, lid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid.x;
+}
+
+@compute @workgroup_size(WG)
+fn kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = invocation(wid, lid, nwg);
+    let at = consecutive_element(i);
+    if (at != NONE) {
+        cache[at] = src[i];
+    }
 }
 
 @compute @workgroup_size(WG)
 fn kv_write_paged(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
-    if (i >= p.n_words) {
-        return;
+    let i = invocation(wid, lid, nwg);
+    let at = paged_element(i);
+    if (at != NONE) {
+        cache[at] = src[i];
     }
-    let r = i / p.width;
-    let t = row_pos[r];
-    let s = row_seq[r];
-    let page_index = t / p.page_size;
-    if (s >= p.n_seq || page_index >= p.max_pages) {
-        return;
-    }
-    let page = pages[s * p.max_pages + page_index];
-    if (page >= p.pages_in_cache) {
-        return;
-    }
-    // page · page_size + t % page_size < pages_in_cache · page_size <= n_ctx.
-    cache[(page * p.page_size + t % p.page_size) * p.width + i % p.width] = src[i];
 }
 
 @compute @workgroup_size(WG)
 fn kv_write_f16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
-    let pos = select(p.pos_value, run[p.pos_param], p.pos_param != 0xffffffffu);
-    if (i >= p.n_words || pos > p.n_ctx || p.n_rows > p.n_ctx - pos) {
-        return;
+    let i = invocation(wid, lid, nwg);
+    let at = consecutive_element(i);
+    if (at != NONE) {
+        store_f16(at, i);
     }
-    store_f16(pos * p.width + i, i);
 }
 
 @compute @workgroup_size(WG)
 fn kv_write_paged_f16(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
                       @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = (wid.y * nwg.x + wid.x) * WG + lid.x;
-    if (i >= p.n_words) {
-        return;
+    let i = invocation(wid, lid, nwg);
+    let at = paged_element(i);
+    if (at != NONE) {
+        store_f16(at, i);
     }
-    let r = i / p.width;
-    let t = row_pos[r];
-    let s = row_seq[r];
-    let page_index = t / p.page_size;
-    if (s >= p.n_seq || page_index >= p.max_pages) {
-        return;
-    }
-    let page = pages[s * p.max_pages + page_index];
-    if (page >= p.pages_in_cache) {
-        return;
-    }
-    store_f16((page * p.page_size + t % p.page_size) * p.width + i % p.width, i);
 }
