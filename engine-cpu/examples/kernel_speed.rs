@@ -4,11 +4,12 @@
 
 use std::time::Instant;
 
-use purebee_engine_cpu::kernels::linear::dot_row;
+use purebee_engine_cpu::kernels::linear::{dot_row, dot_rows_tokens};
 use purebee_engine_cpu::kernels::linear_int8;
 use purebee_engine_cpu::kernels::norm::rms_norm_row;
 use purebee_engine_cpu::kernels::silu::silu;
 use purebee_engine_cpu::kernels::ternary::{quantize_row, tq2_0_row_sum, tq2_0_rows_sum};
+use purebee_engine_cpu::kernels::ternary_tokens::{packed_rows_tokens, ChunkLayout};
 use purebee_engine_cpu::Simd;
 use purebee_memory::DType;
 
@@ -79,6 +80,7 @@ fn main() {
             );
         }
     }
+    several_tokens(level);
     prefill_tiles(level);
     decode_attention(level);
     activation_rounding(level);
@@ -259,5 +261,44 @@ fn decode_attention(level: Simd) {
             bytes / value_secs / 1e9,
             o[0]
         );
+    }
+}
+
+/// A batched decode step's kernels on one thread, 1 to 4 tokens: the 2B shape's F16 LM
+/// head rows and TQ2_0 rows of 2560, in cache and from memory. The time per token falls as
+/// long as the row's bytes, not the arithmetic, bind.
+fn several_tokens(level: Simd) {
+    let k = 2560;
+    let x: Vec<f32> = (0..4 * k).map(|i| (i % 97) as f32 * 0.01).collect();
+    let q: Vec<i8> = (0..4 * k).map(|i| (i * 13 % 255) as i8).collect();
+    let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
+    let qs: Vec<&[i8]> = q.chunks_exact(k).collect();
+    for rows in [64usize, 60_000] {
+        for tokens in 1..=4 {
+            let (row_bytes, label) = (2 * k, "F16");
+            let w: Vec<u8> = (0..rows * row_bytes).map(|i| (i * 7 % 251) as u8 & 0x3b).collect();
+            let mut out = vec![0f32; rows * tokens];
+            let reps = (100_000_000 / (rows * row_bytes)).max(1);
+            let secs = best_of(3, || {
+                for _ in 0..reps {
+                    dot_rows_tokens(level, DType::F16, &w, row_bytes, &xs[..tokens], &mut out);
+                }
+            });
+            let gbs = (reps * rows * row_bytes) as f64 / secs / 1e9;
+            let layout = ChunkLayout::tq2_0(k);
+            let tq_bytes = 66 * k / 256;
+            let wt: Vec<u8> = (0..rows * tq_bytes).map(|i| (i * 7 % 251) as u8).collect();
+            let mut raws = vec![0i32; rows * tokens];
+            let tq_secs = best_of(3, || {
+                for _ in 0..reps {
+                    packed_rows_tokens(level, &wt, tq_bytes, &layout, &qs[..tokens], &mut raws);
+                }
+            });
+            let tq_gbs = (reps * rows * tq_bytes) as f64 / tq_secs / 1e9;
+            println!(
+                "{tokens} tokens, {rows} rows of {k}: {label} {gbs:.1} GB/s, TQ2_0 {tq_gbs:.1} GB/s ({} {})",
+                out[0], raws[0]
+            );
+        }
     }
 }

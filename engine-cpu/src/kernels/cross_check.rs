@@ -13,6 +13,7 @@
 use std::fmt;
 
 use super::ternary::{self, RowPair, TileSums, I2_S_SHIFTS, TQ2_0_SHIFTS};
+use super::ternary_tokens::{self, ChunkLayout};
 use super::Simd;
 
 /// The kernel that disagreed, and on which case.
@@ -42,6 +43,8 @@ pub enum Kernel {
     Tq2_0RowsSum = 6,
     /// `ternary::packed_dot_rows`, on both run orders (three rows).
     PackedDotRows = 7,
+    /// `ternary_tokens::packed_rows_tokens`, on both layouts (three rows, one to four tokens).
+    PackedRowsTokens = 8,
 }
 
 impl Kernel {
@@ -55,6 +58,7 @@ impl Kernel {
             Kernel::Tiles2x4,
             Kernel::Tq2_0RowsSum,
             Kernel::PackedDotRows,
+            Kernel::PackedRowsTokens,
         ]
         .into_iter()
         .find(|&k| k as u32 == n)
@@ -74,7 +78,7 @@ impl fmt::Display for Disagreement {
     }
 }
 
-/// Largest shapes drawn (all on the stack: about 42 KiB).
+/// Largest shapes drawn (all on the stack: about 53 KiB).
 const MAX_CHUNKS: usize = 21;
 const MAX_BLOCKS: usize = 10;
 const MAX_TILE_K: usize = 1280;
@@ -155,6 +159,32 @@ pub fn check_ternary_kernels(level: Simd, seed: u64, cases: u32) -> Result<(), D
         ternary::tq2_0_rows_sum(level, &run[..3 * 66 * blocks], 66 * blocks, qb, qsums, &mut got);
         if !got.iter().zip(want).all(|(&g, w)| same(g, w)) {
             return fail(Kernel::Tq2_0RowsSum);
+        }
+        // Several tokens: the I2_S rows of chunks above and these TQ2_0 rows.
+        let mut qt = [0i8; ternary_tokens::MAX_TOKENS * 128 * MAX_CHUNKS];
+        rng.fill_activations(&mut qt);
+        let tokens = 1 + rng.below(ternary_tokens::MAX_TOKENS);
+        let i2s = (three, 32 * n, ChunkLayout::i2_s(128 * n));
+        let tq2 = (&run[..3 * 66 * blocks], 66 * blocks, ChunkLayout::tq2_0(256 * blocks));
+        for (rows, row_bytes, layout) in [i2s, tq2] {
+            let k = layout.elems();
+            let mut q: [&[i8]; ternary_tokens::MAX_TOKENS] = [&[]; ternary_tokens::MAX_TOKENS];
+            for (t, q) in q.iter_mut().enumerate() {
+                *q = &qt[t * k..(t + 1) * k];
+            }
+            let (mut got, mut want) = ([0i32; 3 * ternary_tokens::MAX_TOKENS], [0i32; 3 * ternary_tokens::MAX_TOKENS]);
+            ternary_tokens::packed_rows_tokens(level, rows, row_bytes, &layout, &q[..tokens], &mut got[..3 * tokens]);
+            ternary_tokens::packed_rows_tokens(
+                Simd::PORTABLE,
+                rows,
+                row_bytes,
+                &layout,
+                &q[..tokens],
+                &mut want[..3 * tokens],
+            );
+            if got != want {
+                return fail(Kernel::PackedRowsTokens);
+            }
         }
         if !tiles_agree(level, &mut rng) {
             return fail(Kernel::Tiles2x4);

@@ -18,5 +18,6 @@ mod rounding;
 pub mod silu;
 pub mod simd;
 pub mod ternary;
+pub mod ternary_tokens;
 
 pub use simd::{Simd, SimdLevel};

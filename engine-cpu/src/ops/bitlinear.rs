@@ -10,8 +10,8 @@
 //!   2-bit codes (TQ2_0, I2_S) or from a TQ1_0 block unpacked to one code per byte.
 //! - A few tokens (a batched decode step, at most [`FEW_TOKENS`]): each task takes a tile of
 //!   [`FEW_TOKENS_ROWS`] rows and sums it for every token straight from the packed codes,
-//!   as one token does: the tile's bytes come from memory once and from L1 for the other
-//!   tokens, with no unpacking.
+//!   each code loaded and unpacked once for up to four tokens: the tile's bytes come from
+//!   memory once.
 //! - Several tokens: weight-stationary; a tile of rows is unpacked to one code per byte
 //!   once, then multiplied against every token.
 //!
@@ -27,6 +27,7 @@ use super::{f32s_mut, Exec};
 use crate::kernels::linear::f16_to_f32;
 use crate::kernels::pool::Pool;
 use crate::kernels::ternary::{self as t, CHUNK_ELEMS};
+use crate::kernels::ternary_tokens::{self as tokens_kernel, ChunkLayout};
 use crate::kernels::Simd;
 use crate::store::{dims, mem, Store};
 
@@ -228,7 +229,7 @@ impl<'a> Ternary<'a> {
 
 fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f64, out: &mut [f32]) {
     // Σ q per scale block and the activation scale, once for every part.
-    let token = Token { q: acts.q(0), qsums: acts.block_sums(0, w.block_len()), s: acts.s[0] as f64 };
+    let token = Token::new(acts, 0, w.block_len());
     // Parts claimed as threads get free, long at first and short at the end
     // (`for_each_guided`): a part's rows are one stream for the prefetchers, which start
     // cold at every part, and the threads finish together. On the 2B decode the threads
@@ -243,31 +244,100 @@ const FEW_TOKENS: usize = 8;
 /// every token passes over them.
 const FEW_TOKENS_ROWS: usize = 32;
 
-/// A few tokens: each task sums a tile of rows for every token with the one-token
-/// kernels (the tile read from memory once), into `[rows, n]`, then transposed into `out`.
+/// A few tokens: each task sums a tile of rows for every token (the tile read from memory
+/// once) into `[rows, n]`, then transposed into `out`. Where the level has a several-token
+/// kernel (`ternary_tokens`), up to four tokens share each load and unpacking of the codes;
+/// elsewhere the one-token kernels run per token.
 fn gemv_tokens(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
     let m = out.len() / n.max(1);
-    let tokens: Vec<Token> =
-        (0..n).map(|t| Token { q: acts.q(t), qsums: acts.block_sums(t, w.block_len()), s: acts.s[t] as f64 }).collect();
+    let tokens: Vec<Token> = (0..n).map(|t| Token::new(acts, t, w.block_len())).collect();
+    let layout = match w.dtype {
+        DType::TQ2_0 => Some(ChunkLayout::tq2_0(w.k)),
+        DType::I2_S => Some(ChunkLayout::i2_s(w.k)),
+        _ => None,
+    }
+    .filter(|_| tokens_kernel::has_kernel(level) && w.k <= tokens_kernel::MAX_ROW_ELEMS);
     let mut by_row = vec![0f32; m * n];
     pool.for_each_chunk(&mut by_row, FEW_TOKENS_ROWS * n, &|i, o| {
-        let rows = o.len() / n;
-        let mut ys = [0f32; FEW_TOKENS_ROWS];
-        for (t, token) in tokens.iter().enumerate() {
-            one_token_rows(level, w, token, out_scale, i * FEW_TOKENS_ROWS, &mut ys[..rows]);
-            for (r, &y) in ys[..rows].iter().enumerate() {
-                o[r * n + t] = y;
+        let (rows, first) = (o.len() / n, i * FEW_TOKENS_ROWS);
+        let mut ys = [0f32; FEW_TOKENS_ROWS * tokens_kernel::MAX_TOKENS]; // [tokens, rows]
+        for (g, group) in tokens.chunks(tokens_kernel::MAX_TOKENS).enumerate() {
+            let ys = &mut ys[..group.len() * rows];
+            match &layout {
+                Some(layout) => several_tokens_rows(level, w, layout, group, out_scale, first, ys),
+                None => {
+                    for (token, ys) in group.iter().zip(ys.chunks_exact_mut(rows)) {
+                        one_token_rows(level, w, token, out_scale, first, ys);
+                    }
+                }
+            }
+            for (t, ys) in ys.chunks_exact(rows).enumerate() {
+                for (r, &y) in ys.iter().enumerate() {
+                    o[r * n + 4 * g + t] = y;
+                }
             }
         }
     });
     transpose(pool, &by_row, m, n, out);
 }
 
-/// One token's int8 activations, their sums per scale block and their scale.
+/// `ys[t · rows + r]`: row `first + r` against token `t` of `group` (1 to 4 tokens), the
+/// codes of each row loaded once for every token. Each result is the one-token path's:
+/// exact integer sums, finished as `one_token_rows` finishes them.
+fn several_tokens_rows(
+    level: Simd,
+    w: &Ternary,
+    layout: &ChunkLayout,
+    group: &[Token],
+    out_scale: f64,
+    first: usize,
+    ys: &mut [f32],
+) {
+    let rows = ys.len() / group.len();
+    let mut q: [&[i8]; tokens_kernel::MAX_TOKENS] = [&[]; tokens_kernel::MAX_TOKENS];
+    for (q, token) in q.iter_mut().zip(group) {
+        *q = token.q;
+    }
+    let mut raws = [0i32; FEW_TOKENS_ROWS * tokens_kernel::MAX_TOKENS];
+    let raws = &mut raws[..ys.len()];
+    tokens_kernel::packed_rows_tokens(level, w.rows(first, rows), w.row_bytes, layout, &q[..group.len()], raws);
+    if w.dtype == DType::I2_S {
+        for ((token, raws), ys) in group.iter().zip(raws.chunks_exact(rows)).zip(ys.chunks_exact_mut(rows)) {
+            w.finish_rows(first, &token.qsums, token.s, out_scale, raws, ys);
+        }
+        return;
+    }
+    // TQ2_0: a row whose blocks share one scale is that scale times its integer total
+    // (`t::uniform_scale` says why that is the reference's sum, and why a zero total
+    // is not); any other row is summed again the long way, as one token alone would.
+    for r in 0..rows {
+        let scale = w.uniform_scale(first + r);
+        for (t, token) in group.iter().enumerate() {
+            let total = raws[t * rows + r] as i64 - token.qsum_total;
+            let sum = match scale {
+                Some(d) if total != 0 => d * total as f64,
+                _ => t::tq2_0_row_sum(level, w.row(first + r), token.q, &token.qsums),
+            };
+            ys[t * rows + r] = ((sum / token.s) * out_scale) as f32;
+        }
+    }
+}
+
+/// One token's int8 activations, their sums per scale block (and in all) and their scale.
 struct Token<'a> {
     q: &'a [i8],
     qsums: Vec<i32>,
+    qsum_total: i64,
     s: f64,
+}
+
+impl<'a> Token<'a> {
+    /// Token `t` of `acts`, for scale blocks of `block` elements.
+    fn new(acts: &'a Activations, t: usize, block: usize) -> Token<'a> {
+        let qsums = acts.block_sums(t, block);
+        let qsum_total = qsums.iter().map(|&v| v as i64).sum();
+        Token { q: acts.q(t), qsums, qsum_total, s: acts.s[t] as f64 }
+    }
 }
 
 /// `o[jj]`: row `first + jj` against one token, summed from the packed codes.

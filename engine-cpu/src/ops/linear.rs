@@ -9,7 +9,8 @@
 //! - One token (decode): each thread takes blocks of weight rows and computes each row's
 //!   dot product decoding on the fly, so every weight byte is read once (memory-bound).
 //! - Several tokens (prefill, a batched step): weight-stationary; each task takes a tile of
-//!   [`TILE_ROWS`] weight rows and applies the one-token kernels to every token, so the
+//!   [`TILE_ROWS`] weight rows and applies the one-token kernels to every token (float
+//!   rows: one load and widening of each weight for up to four tokens), so the
 //!   tile's bytes come from memory once and from cache for the other tokens, and every
 //!   token's outputs are the bits it gets alone: a row's result never depends on the other
 //!   rows in the batch (batch invariance).
@@ -250,10 +251,24 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut 
         let rows = o.len() / n;
         let first = i * TILE_ROWS;
         let mut decoded = Vec::new();
-        for (t, ot) in o.chunks_exact_mut(rows.max(1)).enumerate() {
-            match x {
-                Tokens::F32(x) => one_token_rows(level, w, first, &x[t * kk..(t + 1) * kk], &mut decoded, ot),
-                Tokens::Int8(acts) => k8::dot_rows(level, w.dtype, w.rows(first, rows), acts.row(t), ot),
+        match x {
+            // Float rows: each weight loaded and widened once for up to four tokens.
+            Tokens::F32(x) if k::supports_tokens(w.dtype) => {
+                let row_bytes = w.dtype.row_bytes(kk).unwrap_or(0);
+                let tokens: Vec<&[f32]> = x.chunks_exact(kk.max(1)).take(n).collect();
+                for (group, og) in tokens.chunks(k::MAX_TOKENS).zip(o.chunks_mut(k::MAX_TOKENS * rows.max(1))) {
+                    k::dot_rows_tokens(level, w.dtype, w.rows(first, rows), row_bytes, group, og);
+                }
+            }
+            Tokens::F32(x) => {
+                for (t, ot) in o.chunks_exact_mut(rows.max(1)).enumerate() {
+                    one_token_rows(level, w, first, &x[t * kk..(t + 1) * kk], &mut decoded, ot);
+                }
+            }
+            Tokens::Int8(acts) => {
+                for (t, ot) in o.chunks_exact_mut(rows.max(1)).enumerate() {
+                    k8::dot_rows(level, w.dtype, w.rows(first, rows), acts.row(t), ot);
+                }
             }
         }
     });
