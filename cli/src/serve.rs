@@ -58,6 +58,9 @@ pub struct ServeArgs {
     /// The largest request body, in bytes (413 past it).
     #[arg(long, default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
+    /// Skip the warm-up pass before the first request (as llama-server's `--no-warmup`).
+    #[arg(long)]
+    pub no_warmup: bool,
     /// The engine and its threads.
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -88,6 +91,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         ubatch: args.ubatch_size,
         batch: args.batch_size,
         max_body_bytes: args.max_body_bytes,
+        warmup: !args.no_warmup,
     };
     purebee_server::run(config)?;
     Ok(())

@@ -38,6 +38,10 @@ pub struct ServerConfig {
     pub batch: usize,
     /// The largest request body accepted, in bytes (413 past it).
     pub max_body_bytes: usize,
+    /// One pass over the weights before the server says it is ready (`--no-warmup` turns it
+    /// off), as llama-server's warm-up: the model file's pages are read in and the first
+    /// programs built before any client waits on them.
+    pub warmup: bool,
 }
 
 impl ServerConfig {
@@ -57,6 +61,7 @@ impl ServerConfig {
             ubatch: 128,
             batch: 2048,
             max_body_bytes: 8 << 20,
+            warmup: true,
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use purebee_loader::DynEngine;
 use purebee_memory::gguf::GgufFile;
-use purebee_runtime::batch::SharedCache;
+use purebee_runtime::batch::{BatchRows, RowRead, SharedCache};
 use purebee_runtime::chat::ChatTemplate;
 use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::Model;
@@ -75,7 +75,15 @@ fn load(config: &ServerConfig, file: &GgufFile) -> Result<Loaded, ServerError> {
              ({n_ctx_train}); answers past {n_ctx_train} tokens may degrade"
         );
     }
-    let cache = model.new_shared_cache(total, config.parallel).map_err(|e| ServerError::Sessions(Box::new(e)))?;
+    let mut cache = model.new_shared_cache(total, config.parallel).map_err(|e| ServerError::Sessions(Box::new(e)))?;
+    if config.warmup {
+        // One token through every weight, then forgotten. On the 2B shape the first pass
+        // after loading otherwise takes the file's page faults inside the first requests'
+        // time.
+        let rows = [BatchRows { seq: 0, ids: &[0], pos: 0, read: Some(RowRead::Greedy) }];
+        model.forward_batch(&mut cache, &rows).map_err(|e| ServerError::Sessions(Box::new(e)))?;
+        cache.clear(0);
+    }
     let n_ctx = cache.n_ctx();
     let tokenizer = Tokenizer::from_gguf(file)?;
     let template = ChatTemplate::from_gguf(file, &tokenizer).map_err(|e| e.to_string());
