@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of fuzz/ for SECONDS_PER_TARGET seconds (default 60) on a copy of
-# its committed corpus (fuzz/corpus/<target>, left unchanged), one target at a time, and
-# fails on the first crash, timeout (-timeout=10 per input) or out-of-memory report
+# its committed corpus (fuzz/corpus/<target>, left unchanged), one target per core at a time, and
+# fails on any crash, timeout (-timeout=10 per input) or out-of-memory report
 # (-rss_limit_mb=2048), printing the reproducer's path. CI runs it; so can anyone:
 #
 #   ./scripts/fuzz.sh [SECONDS_PER_TARGET]
@@ -39,20 +39,38 @@ cargo fuzz build --sanitizer none
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
 
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/purebee-fuzz.XXXXXX")
-failed=0
-for t in "${targets[@]}"; do
-  dict=()
+# One libFuzzer process per core at a time: each target is single-threaded, so on a 2-core
+# machine two targets run in the wall time of one.
+jobs=$(nproc 2>/dev/null || echo 1)
+fuzz_one() {
+  local t=$1 dict=()
   case $t in
     gguf | model_load) dict=(-dict=fuzz/gguf.dict) ;;
     chat_template) dict=(-dict=fuzz/jinja.dict) ;;
   esac
   mkdir -p "$run_dir/$t/corpus" "$run_dir/$t/artifacts"
   cp fuzz/corpus/"$t"/* "$run_dir/$t/corpus/" 2>/dev/null || true
-  echo "== $t: ${seconds}s"
   if "$bin/$t" "${dict[@]}" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
     -print_final_stats=1 -artifact_prefix="$run_dir/$t/artifacts/" "$run_dir/$t/corpus" \
     >"$run_dir/$t/log" 2>&1; then
-    grep -E '^#[0-9]+ +DONE' "$run_dir/$t/log" | tail -n 1 || true
+    touch "$run_dir/$t/passed"
+  fi
+}
+running=0
+for t in "${targets[@]}"; do
+  echo "== $t: ${seconds}s"
+  fuzz_one "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+failed=0
+for t in "${targets[@]}"; do
+  if [ -e "$run_dir/$t/passed" ]; then
+    echo "$t: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$run_dir/$t/log" | tail -n 1 || true)"
   else
     failed=1
     tail -n 60 "$run_dir/$t/log"

@@ -25,10 +25,12 @@ fi
 cargo test --workspace --locked
 # Pipelines skip WebGPU's zeroing of workgroup memory, so no kernel may read workgroup
 # memory before writing it: the kernel tests again with every workgroup variable poisoned
-# first (engine-gpu/src/poison.rs). `--workspace` keeps the features, so nothing rebuilds.
+# first (engine-gpu/src/poison.rs). `--workspace` keeps the features, so nothing rebuilds;
+# the CPU engine's tests in those binaries (named `cpu_*` or `*_on_the_cpu`) are skipped.
 PUREBEE_GPU_POISON_WORKGROUP=1 cargo test --workspace --locked \
   --test gpu_fusion --test attention --test bitlinear --test linear --test linear_int8_gpu --test rows \
-  --test top_k --test elementwise --test embed --test rope --test kv_write --test gpu_windows --test run_ahead --test paged
+  --test top_k --test elementwise --test embed --test rope --test kv_write --test gpu_windows --test run_ahead --test paged \
+  -- --skip cpu
 # The dispatch-cost probe for GPU machines (engine-gpu/examples/dispatch_floor.rs, built by
 # `cargo test` above): its kernels leave counts it checks, here on whatever adapter exists.
 target/debug/examples/dispatch_floor --quick > /dev/null
