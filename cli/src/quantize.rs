@@ -19,11 +19,12 @@
 //! complete new file or untouched. Writing over the input is refused.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use purebee_hub::{write_atomically, AtomicWriteError};
 use purebee_memory::gguf::{GgufError, GgufFile, GgufStreamWriter, GgufWriteError, GgufWriter, TensorInfo};
 use purebee_memory::quant::encode::{encode_q8_0_row, EncodeError};
 use purebee_memory::quant::{QuantError, QuantMatrix};
@@ -324,53 +325,10 @@ fn quantize_rows<W: Write>(
     Ok(())
 }
 
-/// Removes the temporary file when dropped, unless it was renamed onto the output.
-struct TempFile {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.keep {
-            // Best effort: the error being reported already says what went wrong.
-            let _ = fs::remove_file(&self.path);
-        }
+impl From<AtomicWriteError> for QuantizeError {
+    fn from(e: AtomicWriteError) -> QuantizeError {
+        QuantizeError::Io { path: e.path, action: e.action, source: e.source }
     }
-}
-
-/// Creates `OUT.partial-<pid>` beside `output`, lets `write` fill it, syncs it and renames it
-/// onto `output`; on any error (or panic) the temporary file is removed.
-fn write_atomically(
-    output: &Path,
-    write: impl FnOnce(&mut File) -> Result<u64, QuantizeError>,
-) -> Result<u64, QuantizeError> {
-    let io =
-        |action: String| move |source| QuantizeError::Io { path: output.to_path_buf(), action: action.clone(), source };
-    let file_name = output.file_name().ok_or_else(|| QuantizeError::NotAFile { path: output.to_path_buf() })?;
-    let mut tmp_name = file_name.to_os_string();
-    tmp_name.push(format!(".partial-{}", std::process::id()));
-    let tmp = output.with_file_name(tmp_name);
-    let tmp_text = tmp.display().to_string();
-    // `create_new`: never truncate or follow a file that is already there.
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io(format!("create the temporary file {tmp_text}")))?;
-    let mut guard = TempFile { path: tmp.clone(), keep: false };
-    let file_len = write(&mut file)?;
-    file.sync_all().map_err(io(format!("sync the temporary file {tmp_text}")))?;
-    drop(file);
-    fs::rename(&tmp, output).map_err(io(format!("rename the temporary file {tmp_text} onto it")))?;
-    guard.keep = true;
-    // Make the rename itself durable. Best effort: not every platform opens directories.
-    if let Some(dir) = output.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }) {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(file_len)
 }
 
 /// True when `a` and `b` name the same file: the same path, or the same path once symbolic

@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use half::f16;
+use purebee_hub::{write_atomically, AtomicWriteError};
 use purebee_memory::gguf::{GgufWriteError, GgufWriter, MetaArray, MetaValue};
 use purebee_memory::quant::encode::{encode_i2_s, encode_tq1_0_row, encode_tq2_0_row, EncodeError};
 use purebee_memory::DType;
@@ -293,52 +294,24 @@ pub fn vocabulary(n_vocab: usize) -> Vocabulary {
 
 // ---- Random values ----------------------------------------------------------------------------
 
-/// SplitMix64 (Steele, Lea and Flood, 2014; the constants of Vigna's reference
-/// `splitmix64.c`): a 64-bit state advanced by the golden-ratio increment and mixed. Small,
-/// fast, and passes BigCrush; more than enough for synthetic weights and benchmark prompts.
-#[derive(Clone, Debug)]
-pub struct SplitMix64 {
-    state: u64,
+/// The synthetic weights' distributions, drawn from the one SplitMix64 stream
+/// (`purebee_rng`, re-exported here for the benchmark prompts).
+pub use purebee_rng::SplitMix64;
+
+/// Draws of the synthetic weights' distributions.
+pub trait SynthDraws {
+    /// An approximately standard normal value (see the implementation).
+    fn normal(&mut self) -> f64;
+    /// `n` trits with P(−1) = 0.3, P(0) = 0.4, P(+1) = 0.3.
+    fn trits(&mut self, n: usize) -> Vec<i8>;
 }
 
-impl SplitMix64 {
-    /// A generator whose first output depends on `seed` only.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64 { state: seed }
-    }
-
-    /// A generator for stream `stream` of `seed`: independent streams for independent
-    /// tensors, whatever order they are drawn in.
-    pub fn stream(seed: u64, stream: u64) -> SplitMix64 {
-        let mut mix = SplitMix64::new(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        SplitMix64::new(mix.next_u64())
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform integer in `0..n` (`n > 0`), by the multiply-shift method (bias below
-    /// `n / 2^64`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// A uniform f64 in [0, 1) with 53 random bits.
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
+impl SynthDraws for SplitMix64 {
     /// An approximately standard normal value: the Irwin–Hall sum of twelve uniforms minus 6
     /// (mean 0, variance 1, |z| < 6). Each uniform is `(k + 0.5) / 2^21` for a 21-bit `k`,
     /// three per 64-bit draw, so the sum is exact in f64 and the result is the same on every
     /// platform.
-    pub fn normal(&mut self) -> f64 {
+    fn normal(&mut self) -> f64 {
         const MASK: u64 = (1 << 21) - 1;
         let mut sum = 0u64;
         for _ in 0..4 {
@@ -351,7 +324,7 @@ impl SplitMix64 {
     /// `n` trits with P(−1) = 0.3, P(0) = 0.4, P(+1) = 0.3: each is a uniform decimal digit
     /// (0..=2 → −1, 3..=6 → 0, 7..=9 → +1), eight digits per 64-bit draw taken as the leading
     /// decimal digits of `r / 2^64` (bias below 10^8 / 2^64).
-    pub fn trits(&mut self, n: usize) -> Vec<i8> {
+    fn trits(&mut self, n: usize) -> Vec<i8> {
         const TRIT_OF_DIGIT: [i8; 10] = [-1, -1, -1, 0, 0, 0, 0, 1, 1, 1];
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
@@ -500,25 +473,24 @@ pub fn build(shape: &ModelShape, weights: WeightFormat, seed: u64) -> Result<Ggu
     Ok(w)
 }
 
-/// Writes `w` to a temporary file beside `out`, then renames it onto `out`; removes the
-/// temporary file if anything fails.
-fn write_atomically(w: &GgufWriter, out: &Path) -> Result<u64, SynthError> {
+/// Writes `w` to `out` through a temporary file renamed onto it; returns the file's length.
+fn write_model(w: &GgufWriter, out: &Path) -> Result<u64, SynthError> {
     let fail = |reason: String| SynthError::Write { path: out.to_path_buf(), reason };
-    let Some(file_name) = out.file_name() else {
+    if out.file_name().is_none() {
         return Err(fail("is not a file name".to_string()));
-    };
-    let mut tmp_name = file_name.to_os_string();
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = out.with_file_name(tmp_name);
-    let result = w
-        .write_file(&tmp)
-        .map_err(|e| fail(e.to_string()))
-        .and_then(|layout| std::fs::rename(&tmp, out).map(|()| layout.file_len).map_err(|e| fail(e.to_string())));
-    if result.is_err() {
-        // Best effort: the file may not even have been created.
-        let _ = std::fs::remove_file(&tmp);
     }
-    result
+    write_atomically(out, |file| {
+        let mut buffered = std::io::BufWriter::new(&mut *file);
+        w.write_to(&mut buffered).and_then(|()| buffered.flush()).map_err(|e| fail(e.to_string()))?;
+        drop(buffered);
+        file.metadata().map(|m| m.len()).map_err(|e| fail(e.to_string()))
+    })
+}
+
+impl From<AtomicWriteError> for SynthError {
+    fn from(e: AtomicWriteError) -> SynthError {
+        SynthError::Write { path: e.path, reason: format!("cannot {}: {}", e.action, e.source) }
+    }
 }
 
 /// A byte count for people: exact, then in MiB or GiB.
@@ -554,7 +526,7 @@ pub fn run(args: &SynthArgs, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let start = Instant::now();
     let w = build(shape, args.weights, args.seed)?;
-    let file_len = write_atomically(&w, &args.out)?;
+    let file_len = write_model(&w, &args.out)?;
     let planned = plan(shape, args.weights);
     let parameters: usize = planned.iter().map(PlannedTensor::n_elements).sum();
     let tensor_bytes: usize = planned.iter().filter_map(PlannedTensor::n_bytes).sum();

@@ -5,26 +5,20 @@ use purebee_engine_ref::RefEngine;
 use purebee_isa::ops::{Attention, Rope, RopeStyle};
 use purebee_isa::{Engine, ExecError, ParamValue, ProgramBuilder, TensorId};
 use purebee_memory::{DType, HostTensor, MemoryError, Shape};
+use purebee_rng::SplitMix64;
 
 /// Odd sizes: 1, and lengths on both sides of 32, 128 and 256.
 const EDGE_LENS: [usize; 8] = [1, 7, 31, 33, 127, 129, 255, 257];
 
-/// A deterministic pseudo-random stream (SplitMix64) so the tests need no seed plumbing.
-struct Rng(u64);
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
+/// Test data from the one SplitMix64 stream, so the tests need no seed plumbing.
+trait Draws {
+    /// `n` uniform values in [-1, 1).
+    fn vec(&mut self, n: usize) -> Vec<f32>;
+}
+
+impl Draws for SplitMix64 {
     fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f32()).collect()
+        (0..n).map(|_| self.symmetric_f32()).collect()
     }
 }
 
@@ -149,7 +143,7 @@ fn rms_norm_matches_hand_and_f64_values() {
     let r = 12.5f64.sqrt();
     assert_close(&e.read_f32(x).expect("live"), &[3.0 / r, 8.0 / r], 1e-7, "rms_norm");
 
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64(1);
     for &d in &EDGE_LENS {
         let mut e = RefEngine::new();
         let (xv, wv) = (rng.vec(3 * d), rng.vec(d));
@@ -199,7 +193,7 @@ fn linear_matches_hand_and_f64_values_for_float_and_block_weights() {
     assert_eq!(e.read_f32(y).expect("live"), vec![-4.0]);
 
     // F16 weights at odd sizes against an f64 product of the decoded weights.
-    let mut rng = Rng(2);
+    let mut rng = SplitMix64(2);
     for &k in &EDGE_LENS {
         let (n, m) = (3, 5);
         let mut e = RefEngine::new();
@@ -265,7 +259,7 @@ fn i2_s_tensor(trits: &[i8], scale: f32) -> Vec<u8> {
 fn bitlinear_integer_sums_are_exact() {
     // x holds integers with max |x| = 127, so s = 1 and q = x: y = (Σ x·t)·d exactly.
     let k = 256;
-    let mut rng = Rng(3);
+    let mut rng = SplitMix64(3);
     let xv: Vec<f32> =
         (0..k).map(|i| if i == 5 { 127.0 } else { ((rng.next_u64() % 255) as i64 - 127) as f32 }).collect();
     let trits: Vec<i8> = (0..3 * k).map(|_| (rng.next_u64() % 3) as i8 - 1).collect();
@@ -324,7 +318,7 @@ fn bitlinear_quantizes_per_row_and_applies_block_and_output_scales() {
 #[test]
 fn bitlinear_with_an_all_zero_weight_gives_exactly_zero() {
     let k = 384; // three I2_S blocks, not a multiple of 256
-    let mut rng = Rng(4);
+    let mut rng = SplitMix64(4);
     let mut e = RefEngine::new();
     let x = f32_weight(&mut e, "x", &[3, k], rng.vec(3 * k));
     let w = weight(
@@ -429,7 +423,7 @@ fn rope_rotates_neox_and_normal_pairs_by_position() {
 #[test]
 fn rope_rows_are_consecutive_positions_and_heads_independent() {
     let (hd, heads, rows) = (8usize, 3usize, 5usize);
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64(5);
     let xv = rng.vec(rows * heads * hd);
     let mut e = RefEngine::new();
     let x = f32_weight(&mut e, "x", &[rows, heads * hd], xv.clone());
@@ -515,7 +509,7 @@ fn kv_write_and_causal_grouped_query_attention() {
 #[test]
 fn attention_over_many_positions_matches_f64() {
     let (hd, n_head, n_kv, n_ctx, n) = (5usize, 6usize, 3usize, 37usize, 33usize);
-    let mut rng = Rng(6);
+    let mut rng = SplitMix64(6);
     let (qv, kv, vv) = (rng.vec(n * n_head * hd), rng.vec(n_ctx * n_kv * hd), rng.vec(n_ctx * n_kv * hd));
     let mut e = RefEngine::new();
     let q = f32_weight(&mut e, "q", &[n, n_head * hd], qv.clone());
@@ -557,7 +551,7 @@ fn argmax_takes_the_lowest_index_of_the_maximum_and_skips_nan() {
         &[4, 3],
         vec![1.0, 3.0, 3.0, f32::NAN, -1.0, -2.0, f32::NAN, f32::NAN, f32::NAN, -5.0, -5.0, -4.0],
     );
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64(7);
     let long: Vec<f32> = rng.vec(257);
     let x2 = f32_weight(&mut e, "x2", &[257], long.clone());
     let mut b = ProgramBuilder::new("p", e.memory_mut());
@@ -584,7 +578,7 @@ fn top_k_ranks_numbers_first_larger_first_ties_by_index_and_agrees_with_argmax()
     ]
     .concat();
     let x = f32_weight(&mut e, "x", &[4, 5], rows.clone());
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64(11);
     let long: Vec<f32> = rng.vec(257).iter().map(|v| (v * 8.0).round()).collect(); // many ties
     let x2 = f32_weight(&mut e, "x2", &[257], long.clone());
     let mut b = ProgramBuilder::new("p", e.memory_mut());

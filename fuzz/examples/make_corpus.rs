@@ -17,39 +17,38 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use purebee_memory::gguf::{GgufFile, GgufWriter, MetaArray, MetaType, MetaValue};
+use purebee_rng::SplitMix64;
 use purebee_engine_ref::RefEngine;
 use purebee_memory::DType;
 use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::{LogitsRows, Model};
 
-/// SplitMix64, for reproducible weights.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// Draws for reproducible weights, from the one SplitMix64 stream.
+trait Draws {
+    /// `n` random bytes.
+    fn bytes(&mut self, n: usize) -> Vec<u8>;
     /// An f16 of magnitude 2^-5 .. 2^-4 with a random sign: a sane weight or block scale.
+    fn f16(&mut self) -> [u8; 2];
+}
+
+impl Draws for SplitMix64 {
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.byte()).collect()
+    }
+
     fn f16(&mut self) -> [u8; 2] {
-        let r = self.next();
+        let r = self.next_u64();
         ((0x2800 | (r & 0x3ff) | ((r >> 10) & 1) << 15) as u16).to_le_bytes()
     }
 }
 
 /// `rows × cols` elements of `dtype`: random codes with sane scales.
-fn weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+fn weights(rng: &mut SplitMix64, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
     let n = dtype.tensor_bytes(rows, cols).expect("small tensor");
     let mut b = rng.bytes(n);
     let (block, scale_at) = match dtype {
         DType::F32 | DType::BF16 => {
-            let values = (0..rows * cols).map(|_| (rng.next() % 2001) as f32 / 10000.0 - 0.1);
+            let values = (0..rows * cols).map(|_| (rng.next_u64() % 2001) as f32 / 10000.0 - 0.1);
             return match dtype {
                 DType::F32 => values.flat_map(f32::to_le_bytes).collect(),
                 _ => values.flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect(),
@@ -115,7 +114,7 @@ fn vocabulary(w: &mut GgufWriter, tiny: &GgufFile, n: usize, pre: &str) {
 }
 
 fn model(tiny: &GgufFile, s: &Shape, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let mut w = GgufWriter::new();
     let a = s.arch;
     w.add_str("general.architecture", a).expect("key");
@@ -204,7 +203,7 @@ fn all_metadata_types() -> Vec<u8> {
 
 /// One small tensor of every storable dtype.
 fn all_dtypes() -> Vec<u8> {
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64(7);
     let mut w = GgufWriter::new();
     for dtype in purebee_memory::ALL_DTYPES.into_iter().filter(|d| d.gguf_type_id().is_some()) {
         let cols = dtype.block_len();

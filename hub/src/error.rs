@@ -106,6 +106,9 @@ pub enum HubError {
         /// The system's error.
         source: io::Error,
     },
+    /// Writing a file through a temporary one failed.
+    #[error(transparent)]
+    Write(#[from] crate::atomic::AtomicWriteError),
     /// No pulled model has this name.
     #[error("{name}: no such pulled model in {store} (`purebee-rs list` shows them; `purebee-rs pull hf://OWNER/REPO/FILE.gguf` pulls one)")]
     NotInStore {

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+mod atomic;
 mod digest;
 mod error;
 mod http;
@@ -20,6 +21,7 @@ mod pull;
 mod source;
 mod store;
 
+pub use atomic::{write_atomically, AtomicWriteError};
 pub use digest::Sha256Digest;
 pub use error::HubError;
 pub use pull::{pull, PullEvent, PullOptions, Pulled};

@@ -29,7 +29,7 @@ use crate::digest::Sha256Digest;
 use crate::error::HubError;
 use crate::http::{self, Failure};
 use crate::source::{encode_segment, Source};
-use crate::store::{link_snapshot, url_id, write_atomically, Store};
+use crate::store::{link_snapshot, url_id, write_text, Store};
 
 /// How to pull.
 #[derive(Clone, Debug)]
@@ -195,7 +195,7 @@ pub fn pull(
             let key = expected.map_or_else(|| url_id(&url), |d| d.to_string());
             let pulled = target.fetch(&meta.location, auth, &key, opts, on)?;
             if meta.commit != rev {
-                write_atomically(&repo_dir.join("refs").join(rev), &meta.commit)?;
+                write_text(&repo_dir.join("refs").join(rev), &meta.commit)?;
             }
             Ok(pulled)
         }
@@ -205,7 +205,7 @@ pub fn pull(
             let target = Target { store, source, repo_dir: &repo_dir, snapshot: &id, expected: opts.sha256 };
             let key = opts.sha256.map_or_else(|| id.clone(), |d| d.to_string());
             let pulled = target.fetch(url, None, &key, opts, on)?;
-            write_atomically(&repo_dir.join("sources").join(&id), url)?;
+            write_text(&repo_dir.join("sources").join(&id), url)?;
             Ok(pulled)
         }
     }

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::atomic::{temp_name, write_atomically};
 use crate::digest::Sha256Digest;
 use crate::error::HubError;
 use crate::source::{is_remote_source, Source};
@@ -286,26 +286,12 @@ fn refs_by_commit(dir: &Path) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// A name for a temporary file next to its target, unique in this process and machine.
-fn temp_name(target: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    target.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
-}
-
-/// Writes `text` to `path` through a temporary file renamed onto it.
-pub(crate) fn write_atomically(path: &Path, text: &str) -> Result<(), HubError> {
+/// Writes `text` to `path` (creating its folder) through a temporary file renamed onto it.
+pub(crate) fn write_text(path: &Path, text: &str) -> Result<(), HubError> {
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(io_err(parent))?;
     }
-    let tmp = temp_name(path);
-    let result =
-        fs::File::create(&tmp).and_then(|mut f| f.write_all(text.as_bytes())).and_then(|_| fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(io_err(path))
+    write_atomically(path, |f| f.write_all(text.as_bytes()).map_err(io_err(path)))
 }
 
 /// Links `snapshots/<snapshot>/<file>` to `blobs/<blob>` in `repo_dir` (a relative symbolic

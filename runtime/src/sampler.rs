@@ -17,6 +17,7 @@
 //! `top_k` after the penalties all lie among the `K` candidates, and their order there is
 //! their order in the row. Greedy with penalties needs `1 + repeat_last_n` the same way.
 
+use purebee_rng::SplitMix64;
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
@@ -218,7 +219,7 @@ impl Sampler {
         cand.truncate(keep);
         let scaled: Vec<f32> = cand.iter().map(|c| c.1 / self.config.temperature).collect();
         let probs = softmax(&scaled);
-        let r = self.rng.next_f64();
+        let r = self.rng.uniform();
         let mut cum = 0.0;
         for (c, p) in cand.iter().zip(&probs) {
             cum += p;
@@ -278,26 +279,6 @@ fn softmax(logits: &[f32]) -> Vec<f64> {
     let e: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
     let sum: f64 = e.iter().sum();
     e.into_iter().map(|x| x / sum).collect()
-}
-
-/// SplitMix64: a small, well-studied generator; the same seed gives the same stream on
-/// every platform.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1) with 53 bits.
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 #[cfg(test)]
@@ -433,7 +414,7 @@ mod tests {
         // Coarse logits (many ties, signed zeros), a NaN, and a recent window that penalises
         // some of the largest.
         let row = |rng: &mut SplitMix64| -> Vec<f32> {
-            let mut l: Vec<f32> = (0..300).map(|_| ((rng.next_f64() * 16.0).floor() as f32 - 8.0) / 4.0).collect();
+            let mut l: Vec<f32> = (0..300).map(|_| ((rng.uniform() * 16.0).floor() as f32 - 8.0) / 4.0).collect();
             l[17] = f32::NAN;
             l[3] = -0.0;
             l

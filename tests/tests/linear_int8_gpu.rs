@@ -38,28 +38,9 @@ use purebee_isa::{DType, Engine, Program, ProgramBuilder, TensorId};
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{gpu_tests_skipped, new_gpu_engine};
+use purebee_tests::rng::SplitMix64;
 
 const U: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Data {
@@ -79,7 +60,7 @@ fn f16_bits(v: f32) -> [u8; 2] {
 }
 
 /// The bytes of an `[m, k]` weight of `dtype` (F32, Q4_0, Q4_1 or Q8_0).
-fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<u8> {
+fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<u8> {
     let mut out = Vec::new();
     if dtype == DType::F32 {
         for _ in 0..m * k {
@@ -91,7 +72,7 @@ fn weight_bytes(dtype: DType, m: usize, k: usize, rng: &mut Rng, data: Data) -> 
         }
         return out;
     }
-    let scale = |rng: &mut Rng| match data {
+    let scale = |rng: &mut SplitMix64| match data {
         Data::Random => f16_bits(half::f16::from_f64(rng.range(-2.0, 2.0)).to_f32()),
         Data::Exact => f16_bits(1.0),
     };
@@ -117,7 +98,7 @@ fn q4_1_min(wbytes: &[u8], k: usize, j: usize, i: usize) -> f64 {
 }
 
 /// `n` rows of `k` activations.
-fn activations(n: usize, k: usize, rng: &mut Rng, data: Data) -> Vec<f32> {
+fn activations(n: usize, k: usize, rng: &mut SplitMix64, data: Data) -> Vec<f32> {
     let mut x = Vec::with_capacity(n * k);
     for _ in 0..n {
         let mut row: Vec<f32> = Vec::with_capacity(k);
@@ -254,7 +235,7 @@ struct Case {
 fn check(gpu: &mut GpuEngine, which: &str, reference: &mut RefEngine, c: &Case, id: u64, also_f32: bool) {
     let Case { dtype, n, m, k, seed, data } = *c;
     let what = format!("{which} GPU engine: LINEAR Int8Blocks {dtype} n={n} m={m} k={k} seed={seed} {data:?}");
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let wbytes = weight_bytes(dtype, m, k, &mut rng, data);
     let xs = activations(n, k, &mut rng, data);
     let shape = |r, c| Shape::matrix(r, c).expect("valid shape");
@@ -433,7 +414,7 @@ fn int8_blocks_nan_and_infinity_in_one_token_products() {
     let mut engines = engines();
     let mut reference = RefEngine::new();
     let (m, k) = (5, 64);
-    let mut rng = Rng(77);
+    let mut rng = SplitMix64(77);
     let wbytes = weight_bytes(DType::Q8_0, m, k, &mut rng, Data::Random);
     let shape = |r, c| Shape::matrix(r, c).expect("valid shape");
     let w = HostTensor::from_bytes("w", DType::Q8_0, shape(m, k), &wbytes).expect("sizes agree");

@@ -223,7 +223,8 @@ fn tiles_agree(level: Simd, rng: &mut Rng) -> bool {
         .all(|(g, w)| g.raw == w.raw && g.y.iter().zip(&w.y).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
-/// A small seeded generator (SplitMix64): the same cases on every machine.
+/// A small seeded generator (SplitMix64): the same cases on every machine. A copy of
+/// `purebee_rng`'s, kept here so that this module needs no other crate inside the emulator.
 struct Rng(u64);
 
 impl Rng {
