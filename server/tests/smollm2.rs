@@ -14,17 +14,7 @@ use purebee_server::ServerConfig;
 use serde_json::json;
 
 fn smollm2() -> Option<PathBuf> {
-    match std::env::var_os("PUREBEE_SMOLLM2_GGUF") {
-        Some(p) => Some(PathBuf::from(p)),
-        None if std::env::var("PUREBEE_SKIP_SMOLLM2").as_deref() == Ok("1") => {
-            eprintln!("PUREBEE_SKIP_SMOLLM2=1: the SmolLM2 checks are NOT run");
-            None
-        }
-        None => panic!(
-            "PUREBEE_SMOLLM2_GGUF is not set: point it to SmolLM2-135M-Instruct.Q4_1.gguf \
-             (scripts/fetch-smollm2.sh prints its path), or set PUREBEE_SKIP_SMOLLM2=1 to skip these checks"
-        ),
-    }
+    purebee_testenv::smollm2_gguf("the server's SmolLM2 checks")
 }
 
 fn config(model: PathBuf, parallel: usize, max_queue: usize) -> ServerConfig {

