@@ -258,7 +258,7 @@ fn a_template_that_raises_on_every_conversation_is_refused_at_load_naming_the_fi
     }
 }
 
-// Chat templates that grow memory without bound (issue 13, "fuzzing and bad files"): each
+// Hostile chat templates that grow memory without bound: each
 // ends in a render error naming the template, within a bounded memory. Each runs in a child
 // process (this test binary again) limited to 1 GiB of address space, so that a regression
 // is a failed test rather than a test run killed for memory; every case asks for more than
