@@ -150,7 +150,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     let mut y: f64 = std::iter::empty::<f64>().sum();
     for (b, &qsum) in qsums.iter().enumerate() {
         let raw = sum_runs(block([_mm256_setzero_si256(); 4], b));
-        y += super::linear::f16_to_f32(d_bits(b)) as f64 * (raw - qsum) as f64;
+        y += super::f16::f16_to_f32(d_bits(b)) as f64 * (raw - qsum) as f64;
     }
     y
 }

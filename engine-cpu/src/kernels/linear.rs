@@ -15,6 +15,7 @@
 
 use purebee_memory::DType;
 
+use super::f16::f16_at;
 use super::{Simd, SimdLevel};
 
 /// The dtypes these kernels read directly; others are decoded by the caller.
@@ -125,26 +126,6 @@ fn group(dtype: DType) -> (usize, usize) {
     }
 }
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
-}
-
-/// An f16's value as f32 (exact), inline: the `half` crate's conversion is a call through
-/// a run-time feature check, too slow for one scale per 32 or 256 weights.
-#[inline(always)]
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h as u32) & 0x8000) << 16;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let mant = (h & 0x3ff) as u32;
-    match exp {
-        // ±0 and subnormals: mant · 2⁻²⁴, exact in f32.
-        0 => f32::from_bits(sign | (mant as f32 * (1.0 / 16_777_216.0)).to_bits()),
-        // ±∞ and NaN (payload kept).
-        0x1f => f32::from_bits(sign | 0x7f80_0000 | (mant << 13)),
-        _ => f32::from_bits(sign | ((exp + 112) << 23) | (mant << 13)),
-    }
-}
-
 /// Decodes one 32-element group (a block, or 32 floats).
 #[inline(always)]
 fn decode_group(dtype: DType, b: &[u8], w: &mut [f32; 32]) {
@@ -245,20 +226,13 @@ pub(super) mod x86 {
 
     use purebee_memory::DType;
 
+    use super::super::hsum::hsum_f32;
+
     /// The f16 at bytes `i..i + 2` of `b`, widened with F16C (exact, as every widening).
     #[target_feature(enable = "avx2,fma,f16c")]
     fn f16_at(b: &[u8], i: usize) -> f32 {
         let h = u16::from_le_bytes([b[i], b[i + 1]]);
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-    }
-
-    /// The sum of a vector's eight lanes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::kernels) fn hsum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
     }
 
     /// Eight i8 codes (at `p`) widened to f32.
@@ -304,7 +278,7 @@ pub(super) mod x86 {
 
     /// One F32, F16 or BF16 row against `T` tokens' activations (each `k` long): per
     /// token, four accumulators of eight lanes, element `32i + 8u + l` into lane `l` of
-    /// accumulator `u`, then `hsum((a0 + a1) + (a2 + a3))` plus the partial last group
+    /// accumulator `u`, then `hsum_f32((a0 + a1) + (a2 + a3))` plus the partial last group
     /// ([`float_finish`]). The same operations in the same order for every `T`, so a
     /// token's sum never depends on the others: `T = 1` is `dot_row`.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -382,7 +356,7 @@ pub(super) mod x86 {
         float_finish(dtype, row, x, whole, halves)
     }
 
-    /// Each token's `hsum(halves[0] + halves[1])` plus its products with the row's partial
+    /// Each token's `hsum_f32(halves[0] + halves[1])` plus its products with the row's partial
     /// last group (elements `whole..k`, decoded once).
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
@@ -404,7 +378,7 @@ pub(super) mod x86 {
         }
         let mut sums = [0f32; T];
         for t in 0..T {
-            sums[t] = hsum(_mm256_add_ps(halves[t][0], halves[t][1])) + tails[t];
+            sums[t] = hsum_f32(_mm256_add_ps(halves[t][0], halves[t][1])) + tails[t];
         }
         sums
     }
@@ -512,7 +486,7 @@ pub(super) mod x86 {
                         *a = _mm256_fmadd_ps(load(xs, 8 * g), w, *a);
                     }
                 }
-                hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
+                hsum_f32(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])))
             }
             _ => super::dot_row_portable(dtype, row, x),
         }
@@ -543,7 +517,7 @@ pub(super) mod x86 {
                 t0 = _mm256_fmadd_ps(s, d, t0);
             }
         }
-        hsum(_mm256_add_ps(t0, t1))
+        hsum_f32(_mm256_add_ps(t0, t1))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -616,7 +590,7 @@ pub(super) mod x86 {
             for (u, v) in a.iter().enumerate() {
                 let (wr, xt) = (&w[(r + rr) * k..][..k], &x[(t + u) * k..][..k]);
                 let tail: f32 = wr[whole..].iter().zip(&xt[whole..]).map(|(&a, &b)| a * b).sum();
-                out[(t + u) * rows + r + rr] = hsum(*v) + tail;
+                out[(t + u) * rows + r + rr] = hsum_f32(*v) + tail;
             }
         }
     }
@@ -625,15 +599,6 @@ pub(super) mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn f16_conversion_is_exact_for_every_bit_pattern() {
-        for h in 0..=u16::MAX {
-            let want = half::f16::from_bits(h).to_f32();
-            let got = f16_to_f32(h);
-            assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{h:#06x}: {got} vs {want}");
-        }
-    }
 
     /// Several tokens at once give each token [`dot_row`]'s bits on every level, for every
     /// float dtype, rows with a partial last group, and sums of zero of either sign.

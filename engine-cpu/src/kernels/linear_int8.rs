@@ -16,7 +16,7 @@
 
 use purebee_memory::DType;
 
-use super::linear::f16_to_f32;
+use super::f16::f16_to_f32;
 use super::Simd;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::SimdLevel;
@@ -132,7 +132,7 @@ mod x86 {
 
     use purebee_memory::DType;
 
-    use super::super::linear::x86::hsum;
+    use super::super::hsum::hsum_f32;
     use super::super::rounding::x86 as rounding;
     use super::{Int8Row, BLOCK};
 
@@ -214,7 +214,7 @@ mod x86 {
             if i < nb {
                 acc0 = block(r, i, acc0);
             }
-            *y = hsum(_mm256_add_ps(acc0, acc1));
+            *y = hsum_f32(_mm256_add_ps(acc0, acc1));
         }
     }
 
@@ -289,7 +289,7 @@ mod x86 {
                 acc = _mm256_fmadd_ps(sums, d, acc);
                 cst = _mm_add_ps(cst, t);
             }
-            *y = hsum(acc) + constant(cst);
+            *y = hsum_f32(acc) + constant(cst);
         }
     }
 }

@@ -7,6 +7,9 @@ pub mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod cross_check;
+pub mod f16;
+#[cfg(target_arch = "x86_64")]
+mod hsum;
 pub mod linear;
 pub mod linear_int8;
 pub(crate) mod math;

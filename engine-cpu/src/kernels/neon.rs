@@ -19,7 +19,8 @@ use std::ops::Range;
 
 use purebee_memory::DType;
 
-use super::linear::{self, f16_to_f32};
+use super::f16::{f16_at, f16_to_f32};
+use super::linear;
 use super::linear_int8::{Int8Row, BLOCK};
 use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
 use super::{Simd, SimdLevel};
@@ -258,11 +259,6 @@ pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
         DType::Q4_1 => q4_1_row(row, x),
         _ => linear::dot_row(Simd::PORTABLE, dtype, row, x),
     }
-}
-
-/// The f16 at bytes `i..i + 2` of `b`, as f32.
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
 }
 
 /// A row of F32, F16 or BF16: 16 weights at a time from `decode` (given the row from their

@@ -127,7 +127,7 @@ pub fn tq2_0_row_sum(level: Simd, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
             let zero: f64 = std::iter::empty::<f64>().sum();
             qsums.iter().enumerate().fold(zero, |y, (b, &qsum)| {
                 let raw = packed_dot_portable(&row[66 * b..66 * b + 64], &TQ2_0_SHIFTS, &q[256 * b..256 * b + 256]);
-                let d = super::linear::f16_to_f32(u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]));
+                let d = super::f16::f16_to_f32(u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]));
                 y + d as f64 * (raw - qsum) as f64
             })
         }
@@ -267,7 +267,7 @@ pub fn uniform_scale(bits: impl IntoIterator<Item = u16>) -> Option<f64> {
 /// `d` (f16 bits) as the one scale of a row of `blocks` blocks, if [`uniform_scale`]'s
 /// shortcut holds for it.
 pub(super) fn shared_scale(d: u16, blocks: usize) -> Option<f64> {
-    let d = super::linear::f16_to_f32(d);
+    let d = super::f16::f16_to_f32(d);
     (d.is_finite() && d != 0.0 && blocks <= MAX_UNIFORM_BLOCKS).then_some(d as f64)
 }
 
@@ -457,6 +457,7 @@ mod x86 {
 
     use std::ops::Range;
 
+    use super::super::hsum::hsum_i32;
     use super::super::rounding::x86 as rounding;
     use super::{bitlinear_act_scale, bitlinear_quantize, RowPair, TileSums, CHUNK_ELEMS};
 
@@ -474,15 +475,6 @@ mod x86 {
         }
         super::group_sums(q, sums);
         s
-    }
-
-    /// Horizontal sum of eight i32 lanes.
-    #[target_feature(enable = "avx2")]
-    fn hsum_i32(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -794,7 +786,7 @@ mod x86 {
             b += 4;
         }
         while b < n {
-            let d = super::super::linear::f16_to_f32(d_bits(b) as u16);
+            let d = super::super::f16::f16_to_f32(d_bits(b) as u16);
             y += d as f64 * (hsum_i32(block(b)) - qsums[b]) as f64;
             b += 1;
         }

@@ -144,6 +144,7 @@ macro_rules! by_token_count {
 mod avx2 {
     use std::arch::x86_64::*;
 
+    use super::super::hsum::hsum_i32;
     use super::{ChunkLayout, PREFETCH};
 
     /// See `packed_rows_tokens`, which checked the lengths.
@@ -185,18 +186,9 @@ mod avx2 {
                 }
             }
             for t in 0..T {
-                out[t * n_rows + r] = hsum(_mm256_add_epi32(acc32[t], _mm256_madd_epi16(acc16[t], ones)));
+                out[t * n_rows + r] = hsum_i32(_mm256_add_epi32(acc32[t], _mm256_madd_epi16(acc16[t], ones)));
             }
         }
-    }
-
-    /// Horizontal sum of eight i32 lanes.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn hsum(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
     }
 }
 
@@ -204,6 +196,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use super::super::hsum::hsum_i32;
     use super::{ChunkLayout, I2_S_SHIFTS, PREFETCH, TQ2_0_SHIFTS};
 
     /// See `packed_rows_tokens`, which checked the lengths.
@@ -301,7 +294,7 @@ mod avx512 {
         for i in 0..R {
             for t in 0..T {
                 let fours = _mm256_srai_epi32::<2>(acc[i][t][1]);
-                sums[i][t] = super::avx2::hsum(_mm256_add_epi32(acc[i][t][0], fours));
+                sums[i][t] = hsum_i32(_mm256_add_epi32(acc[i][t][0], fours));
             }
         }
         sums

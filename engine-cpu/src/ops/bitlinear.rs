@@ -24,7 +24,7 @@ use purebee_memory::{DType, TensorId};
 
 use super::linear::transpose;
 use super::{f32s_mut, Exec};
-use crate::kernels::linear::f16_to_f32;
+use crate::kernels::f16::f16_to_f32;
 use crate::kernels::pool::Pool;
 use crate::kernels::ternary::{self as t, CHUNK_ELEMS};
 use crate::kernels::ternary_tokens::{self as tokens_kernel, ChunkLayout};
