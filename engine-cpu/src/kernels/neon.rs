@@ -20,7 +20,6 @@ use std::ops::Range;
 use purebee_memory::DType;
 
 use super::f16::{f16_at, f16_to_f32};
-use super::linear;
 use super::linear_int8::{Int8Row, BLOCK};
 use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
 use super::{Simd, SimdLevel};
@@ -35,7 +34,7 @@ fn sdot(level: Simd) -> bool {
 /// already proves it).
 #[inline]
 #[target_feature(enable = "neon")]
-fn u8x16(s: &[u8]) -> uint8x16_t {
+pub(super) fn u8x16(s: &[u8]) -> uint8x16_t {
     assert!(s.len() >= 16);
     // SAFETY: `s` holds at least 16 bytes (asserted); `ld1` has no alignment requirement.
     unsafe { vld1q_u8(s.as_ptr()) }
@@ -53,7 +52,7 @@ fn i8x16(s: &[i8]) -> int8x16_t {
 /// The first four floats of `s`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn f32x4(s: &[f32]) -> float32x4_t {
+pub(super) fn f32x4(s: &[f32]) -> float32x4_t {
     assert!(s.len() >= 4);
     // SAFETY: `s` holds at least four floats (asserted).
     unsafe { vld1q_f32(s.as_ptr()) }
@@ -239,152 +238,13 @@ fn codes_dot_k<const SDOT: bool>(codes: &[u8], q: &[i8]) -> i32 {
     vaddvq_s32(acc) + tail
 }
 
-/// `linear::dot_row`: float rows and 32-element blocks decoded exactly (as `linear`'s
-/// decoders), products summed in f32 with FMAs in an order of its own (which LINEAR
-/// allows); other dtypes go the portable way.
-#[target_feature(enable = "neon")]
-pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    match dtype {
-        DType::F32 => float_row(dtype, row, x, |b| [0, 16, 32, 48].map(|o| vreinterpretq_f32_u8(u8x16(&b[o..])))),
-        DType::F16 => float_row(dtype, row, x, |b| halves(b, |h| f16x8(h))),
-        DType::BF16 => float_row(dtype, row, x, |b| halves(b, |h| bf16x8(h))),
-        DType::Q8_0 => scaled_blocks(row, x, 34, |b, xs| {
-            let w = [2, 18].map(|o| vreinterpretq_s8_u8(u8x16(&b[o..])));
-            (vaddq_f32(dot_i8(&xs[..16], w[0]), dot_i8(&xs[16..], w[1])), f16_at(b, 0))
-        }),
-        DType::Q4_0 => scaled_blocks(row, x, 18, |b, xs| {
-            let [lo, hi] = nibbles(&b[2..]).map(|c| vsubq_s8(c, vdupq_n_s8(8)));
-            (vaddq_f32(dot_i8(&xs[..16], lo), dot_i8(&xs[16..], hi)), f16_at(b, 0))
-        }),
-        DType::Q4_1 => q4_1_row(row, x),
-        _ => linear::dot_row(Simd::PORTABLE, dtype, row, x),
-    }
-}
-
-/// A row of F32, F16 or BF16: 16 weights at a time from `decode` (given the row from their
-/// first byte on) into four FMA chains, the last partial 16 decoded by `linear`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn float_row(dtype: DType, row: &[u8], x: &[f32], decode: impl Fn(&[u8]) -> [float32x4_t; 4]) -> f32 {
-    let size = if dtype == DType::F32 { 4 } else { 2 };
-    let whole = x.len() / 16 * 16;
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    for i in (0..whole).step_by(16) {
-        let w = decode(&row[size * i..]);
-        for (u, a) in acc.iter_mut().enumerate() {
-            *a = vfmaq_f32(*a, f32x4(&x[i + 4 * u..]), w[u]);
-        }
-    }
-    let mut w = [0f32; 16];
-    let w = &mut w[..x.len() - whole];
-    linear::decode_row(dtype, &row[size * whole..], w);
-    let tail: f32 = x[whole..].iter().zip(w.iter()).map(|(&a, &b)| a * b).sum();
-    hsum(acc) + tail
-}
-
-/// 16 two-byte floats from the front of `b`, widened eight at a time by `widen`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn halves(b: &[u8], widen: impl Fn(uint16x8_t) -> [float32x4_t; 2]) -> [float32x4_t; 4] {
-    let [a, c] = [0, 16].map(|o| widen(vreinterpretq_u16_u8(u8x16(&b[o..]))));
-    [a[0], a[1], c[0], c[1]]
-}
-
-/// Eight f16 as f32, exactly (a signaling NaN comes out quiet: still NaN). `fcvtl` is
-/// written out because the f16 intrinsics (`vcvt_f32_f16`) are stable only from Rust 1.94,
-/// after this crate's MSRV.
-#[inline]
-#[target_feature(enable = "neon")]
-fn f16x8(h: uint16x8_t) -> [float32x4_t; 2] {
-    let (lo, hi): (float32x4_t, float32x4_t);
-    // SAFETY: `fcvtl`/`fcvtl2` are baseline aarch64 SIMD and touch only these registers
-    // (`lo` is written before `h` is read again, hence `out`, not `lateout`).
-    unsafe {
-        asm!(
-            "fcvtl {lo:v}.4s, {h:v}.4h",
-            "fcvtl2 {hi:v}.4s, {h:v}.8h",
-            h = in(vreg) h,
-            lo = out(vreg) lo,
-            hi = lateout(vreg) hi,
-            options(pure, nomem, nostack),
-        )
-    };
-    [lo, hi]
-}
-
-/// Eight bf16 as f32: each is the high half of its f32.
-#[inline]
-#[target_feature(enable = "neon")]
-fn bf16x8(h: uint16x8_t) -> [float32x4_t; 2] {
-    [vshll_n_u16::<16>(vget_low_u16(h)), vshll_high_n_u16::<16>(h)].map(|w| vreinterpretq_f32_u32(w))
-}
-
 /// The 32 four-bit codes of a Q4 block's 16 bytes `qs`: elements 0..16 (low nibbles) and
 /// 16..32 (high nibbles).
 #[inline]
 #[target_feature(enable = "neon")]
-fn nibbles(qs: &[u8]) -> [int8x16_t; 2] {
+pub(super) fn nibbles(qs: &[u8]) -> [int8x16_t; 2] {
     let v = u8x16(qs);
     [vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8::<4>(v)].map(|c| vreinterpretq_s8_u8(c))
-}
-
-/// The 16 i8 of `w` as f32 (exact), four lanes at a time.
-#[inline]
-#[target_feature(enable = "neon")]
-fn i8_to_f32(w: int8x16_t) -> [float32x4_t; 4] {
-    let (lo, hi) = (vmovl_s8(vget_low_s8(w)), vmovl_high_s8(w));
-    [vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)]
-        .map(|v| vcvtq_f32_s32(v))
-}
-
-/// `Σ x_j · w_j` over 16 elements, as four lane sums (`w`: 16 i8 codes).
-#[inline]
-#[target_feature(enable = "neon")]
-fn dot_i8(x: &[f32], w: int8x16_t) -> float32x4_t {
-    let w = i8_to_f32(w);
-    let s = vmulq_f32(f32x4(x), w[0]);
-    let s = vfmaq_f32(s, f32x4(&x[4..]), w[1]);
-    let s = vfmaq_f32(s, f32x4(&x[8..]), w[2]);
-    vfmaq_f32(s, f32x4(&x[12..]), w[3])
-}
-
-/// `Σ_b d_b · S_b` over a row's blocks of 32 elements (`bytes` each), `block(b, x)` giving
-/// a block's four lane sums `S_b` of `x · code` and its `d`: two blocks per step, each
-/// into its own total (two FMA chains), as the x86 kernel does.
-#[inline]
-#[target_feature(enable = "neon")]
-fn scaled_blocks(row: &[u8], x: &[f32], bytes: usize, block: impl Fn(&[u8], &[f32]) -> (float32x4_t, f32)) -> f32 {
-    let (mut t0, mut t1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-    let (pairs, xs) = (row.chunks_exact(2 * bytes), x.chunks_exact(64));
-    let (last, x_last) = (pairs.remainder(), xs.remainder());
-    for (b, xs) in pairs.zip(xs) {
-        let (s0, d0) = block(&b[..bytes], &xs[..32]);
-        let (s1, d1) = block(&b[bytes..], &xs[32..]);
-        t0 = vfmaq_n_f32(t0, s0, d0);
-        t1 = vfmaq_n_f32(t1, s1, d1);
-    }
-    if last.len() >= bytes && x_last.len() >= 32 {
-        let (s, d) = block(last, x_last);
-        t0 = vfmaq_n_f32(t0, s, d);
-    }
-    hsum([t0, t1])
-}
-
-/// A Q4_1 row: each weight decoded as `code · d + m` with one rounding (an FMA; `code · d`
-/// is exact), as `linear` decodes it, then one FMA chain per four elements of a block.
-#[inline]
-#[target_feature(enable = "neon")]
-fn q4_1_row(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [vdupq_n_f32(0.0); 8];
-    for (b, xs) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
-        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-        let [lo, hi] = nibbles(&b[4..]).map(|c| i8_to_f32(c));
-        for (j, code) in lo.into_iter().chain(hi).enumerate() {
-            let w = vfmaq_n_f32(vdupq_n_f32(m), code, d);
-            acc[j] = vfmaq_f32(acc[j], f32x4(&xs[4 * j..]), w);
-        }
-    }
-    hsum(acc)
 }
 
 /// `linear_int8::dot_rows`: per block the exact `Σ c·q` of the weight codes and the int8
@@ -443,15 +303,8 @@ fn int8_rows<const SDOT: bool>(dtype: DType, rows: &[u8], a: Int8Row, out: &mut 
     }
 }
 
-/// The sum of every lane of `v`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn hsum<const N: usize>(v: [float32x4_t; N]) -> f32 {
-    vaddvq_f32(v.into_iter().fold(vdupq_n_f32(0.0), |s, a| vaddq_f32(s, a)))
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::kernels::ternary::{unpack_chunks, I2_S_SHIFTS};
 
@@ -461,25 +314,25 @@ mod tests {
     }
 
     /// A small deterministic generator (an LCG's high bits).
-    struct Rng(u64);
+    pub(in crate::kernels) struct Rng(pub(in crate::kernels) u64);
 
     impl Rng {
-        fn next(&mut self) -> u32 {
+        pub(in crate::kernels) fn next(&mut self) -> u32 {
             self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (self.0 >> 33) as u32
         }
 
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
+        pub(in crate::kernels) fn bytes(&mut self, n: usize) -> Vec<u8> {
             (0..n).map(|_| self.next() as u8).collect()
         }
 
         /// Activations, every seventh at the extreme −128.
-        fn acts(&mut self, n: usize) -> Vec<i8> {
+        pub(in crate::kernels) fn acts(&mut self, n: usize) -> Vec<i8> {
             (0..n).map(|i| if i % 7 == 0 { -128 } else { self.next() as i8 }).collect()
         }
 
         /// Uniform in [−1, 1).
-        fn unit(&mut self) -> f32 {
+        pub(in crate::kernels) fn unit(&mut self) -> f32 {
             self.next() as f32 / 2_147_483_648.0 - 1.0
         }
     }
@@ -627,76 +480,6 @@ mod tests {
                             );
                         }
                     }
-                }
-            }
-        }
-    }
-
-    /// A row of `dtype` for `k` elements: random weights, or (`exact`) small integers whose
-    /// every partial sum against small integer activations is exact in f32.
-    fn weight_row(rng: &mut Rng, dtype: DType, k: usize, exact: bool) -> Vec<u8> {
-        let mut w = || if exact { (rng.next() % 17) as f32 - 8.0 } else { rng.unit() };
-        match dtype {
-            DType::F32 => (0..k).flat_map(|_| w().to_le_bytes()).collect(),
-            DType::F16 => (0..k).flat_map(|_| half::f16::from_f32(w()).to_le_bytes()).collect(),
-            DType::BF16 => (0..k).flat_map(|_| half::bf16::from_f32(w()).to_le_bytes()).collect(),
-            _ => {
-                let (bytes, scales) = match dtype {
-                    DType::Q8_0 => (34, 1),
-                    DType::Q4_0 => (18, 1),
-                    _ => (20, 2),
-                };
-                let mut row = rng.bytes(k / 32 * bytes);
-                for b in row.chunks_exact_mut(bytes) {
-                    for s in 0..scales {
-                        // d (then Q4_1's m): 1 and −8 when exact (Q4_1: code − 8).
-                        let v = if exact { [1.0, -8.0][s] } else { rng.unit() / 8.0 };
-                        b[2 * s..2 * s + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
-                    }
-                    if exact && dtype == DType::Q8_0 {
-                        // Codes in −16..16: sums stay far below 2²⁴.
-                        b[2..].iter_mut().for_each(|c| *c = ((*c as i8) >> 3) as u8);
-                    }
-                }
-                row
-            }
-        }
-    }
-
-    /// Float sums in another order than the portable one's, so compared within a bound:
-    /// each of the two results is within γ ≈ (k + 2)·2⁻²⁴ · Σ|x·w| of the exact sum (one
-    /// rounding per product, per addition along a chain of at most k, and per block scale),
-    /// so they differ by at most (k + 2)·2⁻²³ · Σ|x·w|; the decoded weights, which must be
-    /// exact, are checked bit for bit by the `exact` rows, whose sums do not round at all.
-    #[test]
-    fn dot_rows_match_the_portable_ones() {
-        let mut rng = Rng(0x2545_f491);
-        let float_lens = [1usize, 3, 15, 16, 17, 33, 100, 257];
-        let block_lens = [32usize, 64, 96, 288, 544];
-        let cases = [
-            (DType::F32, &float_lens[..]),
-            (DType::F16, &float_lens[..]),
-            (DType::BF16, &float_lens[..]),
-            (DType::Q8_0, &block_lens[..]),
-            (DType::Q4_0, &block_lens[..]),
-            (DType::Q4_1, &block_lens[..]),
-        ];
-        for (dtype, lens) in cases {
-            for &k in lens {
-                for exact in [false, true] {
-                    let row = weight_row(&mut rng, dtype, k, exact);
-                    let x: Vec<f32> =
-                        (0..k).map(|_| if exact { (rng.next() % 9) as f32 - 4.0 } else { rng.unit() }).collect();
-                    let want = linear::dot_row(Simd::PORTABLE, dtype, &row, &x);
-                    let mut w = vec![0f32; k];
-                    linear::decode_row(dtype, &row, &mut w);
-                    let abs: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-                    let bound = (k as f64 + 2.0) * 2f64.powi(-23) * abs;
-                    // SAFETY: as in `packed_and_unpacked_dots_…`.
-                    let got = unsafe { dot_row(dtype, &row, &x) };
-                    let ok =
-                        if exact { got.to_bits() == want.to_bits() } else { (got as f64 - want as f64).abs() <= bound };
-                    assert!(ok, "{dtype:?} k {k} exact {exact}: {got} vs {want} (bound {bound})");
                 }
             }
         }
