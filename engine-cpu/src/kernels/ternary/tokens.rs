@@ -6,10 +6,12 @@
 //! The results are the raw integer sums `Σ c·q` of each (row, token), exact on every level,
 //! so a token's result never depends on which other tokens share the call. Every level of
 //! this kernel family lives in this file (dispatcher, portable, AVX2, AVX-512 VNNI); the
-//! 2-bit layouts are `ternary`'s.
+//! 2-bit layouts are the ternary family's (`layout`), and the levels without a kernel here
+//! loop over its one-token [`packed_dot`].
 
-use super::ternary::{self, CHUNK_ELEMS, I2_S_SHIFTS, TQ2_0_SHIFTS};
-use super::{Simd, SimdLevel};
+use super::super::{Simd, SimdLevel};
+use super::layout::{CHUNK_ELEMS, I2_S_SHIFTS, TQ2_0_SHIFTS};
+use super::packed_dot;
 
 /// The most tokens one call sums (each token keeps its own accumulators in registers).
 pub const MAX_TOKENS: usize = 4;
@@ -104,9 +106,7 @@ pub fn packed_rows_tokens(
                     let row = &rows[r * row_bytes..(r + 1) * row_bytes];
                     out[t * n_rows + r] = layout
                         .chunks()
-                        .map(|(at, qi)| {
-                            ternary::packed_dot(level, &row[at..at + 32], layout.shifts, &qt[qi..qi + CHUNK_ELEMS])
-                        })
+                        .map(|(at, qi)| packed_dot(level, &row[at..at + 32], layout.shifts, &qt[qi..qi + CHUNK_ELEMS]))
                         .sum();
                 }
             }
@@ -144,8 +144,8 @@ macro_rules! by_token_count {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::super::hsum::hsum_i32;
     use super::{ChunkLayout, PREFETCH};
+    use crate::kernels::hsum::hsum_i32;
 
     /// See `packed_rows_tokens`, which checked the lengths.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -196,8 +196,8 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::hsum::hsum_i32;
     use super::{ChunkLayout, I2_S_SHIFTS, PREFETCH, TQ2_0_SHIFTS};
+    use crate::kernels::hsum::hsum_i32;
 
     /// See `packed_rows_tokens`, which checked the lengths.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -304,6 +304,7 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::ternary;
 
     /// Every level against the rows unpacked to one code per byte, on both layouts, 1 to 4 tokens, odd row counts, extreme activations.
     #[test]
