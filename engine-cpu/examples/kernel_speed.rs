@@ -8,8 +8,8 @@ use purebee_engine_cpu::kernels::linear::{dot_row, dot_rows_tokens};
 use purebee_engine_cpu::kernels::linear_int8;
 use purebee_engine_cpu::kernels::norm::rms_norm_row;
 use purebee_engine_cpu::kernels::silu::silu;
+use purebee_engine_cpu::kernels::ternary::tokens::{packed_rows_tokens, ChunkLayout};
 use purebee_engine_cpu::kernels::ternary::{quantize_row, tq2_0_row_sum, tq2_0_rows_sum};
-use purebee_engine_cpu::kernels::ternary_tokens::{packed_rows_tokens, ChunkLayout};
 use purebee_engine_cpu::Simd;
 use purebee_memory::DType;
 

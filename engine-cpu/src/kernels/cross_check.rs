@@ -12,8 +12,8 @@
 
 use std::fmt;
 
+use super::ternary::tokens::{self as ternary_tokens, ChunkLayout};
 use super::ternary::{self, RowPair, TileSums, I2_S_SHIFTS, TQ2_0_SHIFTS};
-use super::ternary_tokens::{self, ChunkLayout};
 use super::Simd;
 
 /// The kernel that disagreed, and on which case.
@@ -43,7 +43,7 @@ pub enum Kernel {
     Tq2_0RowsSum = 6,
     /// `ternary::packed_dot_rows`, on both run orders (three rows).
     PackedDotRows = 7,
-    /// `ternary_tokens::packed_rows_tokens`, on both layouts (three rows, one to four tokens).
+    /// `ternary::tokens::packed_rows_tokens`, on both layouts (three rows, one to four tokens).
     PackedRowsTokens = 8,
 }
 

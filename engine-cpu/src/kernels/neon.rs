@@ -1,32 +1,25 @@
-//! aarch64 NEON kernels for [`SimdLevel::Neon`] and [`SimdLevel::NeonDot`]: the
-//! counterparts of the x86 kernels of `ternary` and `linear`, with the same results
-//! (integer sums exact, the f64 finishing of the ternary sums bit for bit the portable one's).
+//! What the NEON kernels of every family ([`SimdLevel::Neon`] and [`SimdLevel::NeonDot`])
+//! share: bounds-checked loads, the 16-byte integer dot product, and Q4's nibble unpacking.
+//! The kernels are in `ternary/neon.rs`, `linear/neon.rs` and `linear_int8/neon.rs`; the
+//! dispatchers route both levels there.
 //!
 //! The integer kernels are generic over `SDOT`: `true` multiplies with `sdot` (ARMv8.2
-//! `dotprod`), `false` with the widening multiplies of baseline NEON. Only `sdot()` picks
+//! `dotprod`), `false` with the widening multiplies of baseline NEON. Only [`sdot`] picks
 //! `true`, after detecting `dotprod`, so `NeonDot` on a CPU without it still runs.
 //!
-//! The dispatchers of `ternary` and `linear` route both levels here.
-//!
-//! SILU has no kernel here: NEON is the aarch64 baseline, so `silu`'s portable loop already
+//! SILU has no NEON kernel: NEON is the aarch64 baseline, so `silu`'s portable loop already
 //! compiles to four-lane NEON code (checked: `fdiv v.4s`, `frintx v.4s`, `fmaxnm v.4s`), which
 //! is all a hand-written one would be. Nor is there a prefetch as in the x86 GEMV kernels
 //! (the aarch64 `_prefetch` intrinsic is unstable; to measure on hardware first).
 
 use std::arch::aarch64::*;
 use std::arch::asm;
-use std::ops::Range;
 
-use purebee_memory::DType;
-
-use super::linear::{self, f16_to_f32};
-use super::linear_int8::{Int8Row, BLOCK};
-use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
 use super::{Simd, SimdLevel};
 
 /// True when the `SDOT = true` kernels may run: `level` asks for them, and being a [`Simd`],
 /// the CPU has `dotprod` (the one place that picks them, which the `sdot` in `dot16` relies on).
-fn sdot(level: Simd) -> bool {
+pub(super) fn sdot(level: Simd) -> bool {
     level.get() == SimdLevel::NeonDot
 }
 
@@ -34,7 +27,7 @@ fn sdot(level: Simd) -> bool {
 /// already proves it).
 #[inline]
 #[target_feature(enable = "neon")]
-fn u8x16(s: &[u8]) -> uint8x16_t {
+pub(super) fn u8x16(s: &[u8]) -> uint8x16_t {
     assert!(s.len() >= 16);
     // SAFETY: `s` holds at least 16 bytes (asserted); `ld1` has no alignment requirement.
     unsafe { vld1q_u8(s.as_ptr()) }
@@ -43,7 +36,7 @@ fn u8x16(s: &[u8]) -> uint8x16_t {
 /// The first 16 bytes of `s`, as i8.
 #[inline]
 #[target_feature(enable = "neon")]
-fn i8x16(s: &[i8]) -> int8x16_t {
+pub(super) fn i8x16(s: &[i8]) -> int8x16_t {
     assert!(s.len() >= 16);
     // SAFETY: as in `u8x16`.
     unsafe { vld1q_s8(s.as_ptr()) }
@@ -52,7 +45,7 @@ fn i8x16(s: &[i8]) -> int8x16_t {
 /// The first four floats of `s`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn f32x4(s: &[f32]) -> float32x4_t {
+pub(super) fn f32x4(s: &[f32]) -> float32x4_t {
     assert!(s.len() >= 4);
     // SAFETY: `s` holds at least four floats (asserted).
     unsafe { vld1q_f32(s.as_ptr()) }
@@ -64,7 +57,7 @@ fn f32x4(s: &[f32]) -> float32x4_t {
 /// (2-bit or 4-bit codes, or Q8_0's codes against activations in −127..=127).
 #[inline]
 #[target_feature(enable = "neon")]
-fn dot16<const SDOT: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(super) fn dot16<const SDOT: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     if SDOT {
         let mut acc = acc;
         // `vdotq_s32` is not stable yet (`stdarch_neon_dotprod`, rust-lang/rust#117224), so
@@ -90,400 +83,45 @@ fn dot16<const SDOT: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x
     }
 }
 
-/// `acc` plus the raw `Σ c·q` of consecutive 32-byte chunks of 2-bit codes (runs at
-/// `shifts`, see `ternary`'s layouts) against `q`, its lanes not yet added.
-#[inline]
-#[target_feature(enable = "neon")]
-fn chunks_dot<const SDOT: bool>(mut acc: int32x4_t, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> int32x4_t {
-    let mask = vdupq_n_u8(3);
-    // `ushl` by a negative count shifts right.
-    let right = shifts.map(|s| vdupq_n_s8(-(s as i8)));
-    for (chunk, qc) in chunks.chunks_exact(32).zip(q.chunks_exact(CHUNK_ELEMS)) {
-        for half in [0, 16] {
-            let v = u8x16(&chunk[half..]);
-            for (g, &r) in right.iter().enumerate() {
-                let codes = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(v, r), mask));
-                acc = dot16::<SDOT>(acc, codes, i8x16(&qc[32 * g + half..]));
-            }
-        }
-    }
-    acc
-}
-
-/// `ternary::packed_dot`.
-#[target_feature(enable = "neon")]
-pub(crate) fn packed_dot(level: Simd, chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
-    let zero = vdupq_n_s32(0);
-    let acc = if sdot(level) {
-        chunks_dot::<true>(zero, chunks, shifts, q)
-    } else {
-        chunks_dot::<false>(zero, chunks, shifts, q)
-    };
-    vaddvq_s32(acc)
-}
-
-/// `ternary::tq2_0_row_sum`.
-#[target_feature(enable = "neon")]
-pub(crate) fn tq2_0_row_sum(level: Simd, row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
-    if sdot(level) {
-        row_sum::<true>(row, q, qsums)
-    } else {
-        row_sum::<false>(row, q, qsums)
-    }
-}
-
-#[inline]
-#[target_feature(enable = "neon")]
-fn row_sum<const SDOT: bool>(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
-    let zero = vdupq_n_s32(0);
-    let block = |acc, b: usize| chunks_dot::<SDOT>(acc, &row[66 * b..66 * b + 64], &TQ2_0_SHIFTS, &q[256 * b..][..256]);
-    let d_bits = |b: usize| u16::from_le_bytes([row[66 * b + 64], row[66 * b + 65]]);
-    // As the x86 kernel: blocks sharing one scale sum their integers across the row and
-    // multiply once (`ternary::uniform_scale` says why that is the reference's bits), unless
-    // the total is zero, whose sign only the long way gets right.
-    if let Some(d) = ternary::uniform_scale((0..qsums.len()).map(d_bits)) {
-        // Each lane stays below 2³¹: at most 8192 blocks of |Σ c·q| ≤ 256·3·128.
-        let raw = vaddlvq_s32((0..qsums.len()).fold(zero, block));
-        let total = raw - qsums.iter().map(|&v| v as i64).sum::<i64>();
-        if total != 0 {
-            return d * total as f64;
-        }
-    }
-    // The portable sum: block by block from `Iterator::sum`'s zero, each product exact.
-    let y0: f64 = std::iter::empty::<f64>().sum();
-    qsums.iter().enumerate().fold(y0, |y, (b, &qsum)| {
-        let raw = vaddvq_s32(block(zero, b));
-        y + f16_to_f32(d_bits(b)) as f64 * (raw - qsum) as f64
-    })
-}
-
-/// `ternary::tiles_2x4`, after its checks (`groups` tile groups of four tokens).
-#[target_feature(enable = "neon")]
-pub(crate) fn tiles_2x4(
-    level: Simd,
-    pairs: &[RowPair],
-    sums: &mut [TileSums],
-    q: &[i8],
-    k: usize,
-    at: Range<usize>,
-    groups: usize,
-) {
-    if sdot(level) {
-        tiles::<true>(pairs, sums, q, k, at, groups)
-    } else {
-        tiles::<false>(pairs, sums, q, k, at, groups)
-    }
-}
-
-#[inline]
-#[target_feature(enable = "neon")]
-fn tiles<const SDOT: bool>(
-    pairs: &[RowPair],
-    sums: &mut [TileSums],
-    q: &[i8],
-    k: usize,
-    at: Range<usize>,
-    groups: usize,
-) {
-    ternary::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| tile::<SDOT>(p, tok, at.clone(), qs, s));
-}
-
-/// One 2-row × 4-token tile over elements `at`: eight vector sums (lane `4r + t`) per
-/// stretch of a block, then finished as `ternary`'s portable tile does, lane by lane.
-#[inline]
-#[target_feature(enable = "neon")]
-fn tile<const SDOT: bool>(p: &RowPair, q: [&[i8]; 4], at: Range<usize>, qsums: &[[i32; 4]], sums: &mut TileSums) {
-    let mut i = at.start;
-    while i < at.end {
-        let b = i / p.block;
-        let end = at.end.min((b + 1) * p.block);
-        let mut acc = [vdupq_n_s32(0); 8];
-        while i < end {
-            let c = p.c.map(|r| vreinterpretq_s8_u8(u8x16(&r[i..])));
-            for t in 0..4 {
-                let qv = i8x16(&q[t][i..]);
-                acc[t] = dot16::<SDOT>(acc[t], c[0], qv);
-                acc[4 + t] = dot16::<SDOT>(acc[4 + t], c[1], qv);
-            }
-            i += 16;
-        }
-        for (lane, a) in acc.into_iter().enumerate() {
-            let (r, t) = (lane / 4, lane % 4);
-            sums.raw[lane] += vaddvq_s32(a);
-            if end == (b + 1) * p.block {
-                sums.y[lane] += p.d[r][b] * (sums.raw[lane] - qsums[b][t]) as f64;
-                sums.raw[lane] = 0;
-            }
-        }
-    }
-}
-
-/// `ternary::codes_dot` (codes 0..=3, as there).
-#[target_feature(enable = "neon")]
-pub(crate) fn codes_dot(level: Simd, codes: &[u8], q: &[i8]) -> i32 {
-    if sdot(level) {
-        codes_dot_k::<true>(codes, q)
-    } else {
-        codes_dot_k::<false>(codes, q)
-    }
-}
-
-#[inline]
-#[target_feature(enable = "neon")]
-fn codes_dot_k<const SDOT: bool>(codes: &[u8], q: &[i8]) -> i32 {
-    let n = codes.len().min(q.len());
-    let (c, q) = (codes[..n].chunks_exact(16), q[..n].chunks_exact(16));
-    let tail: i32 = c.remainder().iter().zip(q.remainder()).map(|(&c, &qi)| c as i32 * qi as i32).sum();
-    let acc = c.zip(q).fold(vdupq_n_s32(0), |acc, (c, q)| dot16::<SDOT>(acc, vreinterpretq_s8_u8(u8x16(c)), i8x16(q)));
-    vaddvq_s32(acc) + tail
-}
-
-/// `linear::dot_row`: float rows and 32-element blocks decoded exactly (as `linear`'s
-/// decoders), products summed in f32 with FMAs in an order of its own (which LINEAR
-/// allows); other dtypes go the portable way.
-#[target_feature(enable = "neon")]
-pub(crate) fn dot_row(dtype: DType, row: &[u8], x: &[f32]) -> f32 {
-    match dtype {
-        DType::F32 => float_row(dtype, row, x, |b| [0, 16, 32, 48].map(|o| vreinterpretq_f32_u8(u8x16(&b[o..])))),
-        DType::F16 => float_row(dtype, row, x, |b| halves(b, |h| f16x8(h))),
-        DType::BF16 => float_row(dtype, row, x, |b| halves(b, |h| bf16x8(h))),
-        DType::Q8_0 => scaled_blocks(row, x, 34, |b, xs| {
-            let w = [2, 18].map(|o| vreinterpretq_s8_u8(u8x16(&b[o..])));
-            (vaddq_f32(dot_i8(&xs[..16], w[0]), dot_i8(&xs[16..], w[1])), f16_at(b, 0))
-        }),
-        DType::Q4_0 => scaled_blocks(row, x, 18, |b, xs| {
-            let [lo, hi] = nibbles(&b[2..]).map(|c| vsubq_s8(c, vdupq_n_s8(8)));
-            (vaddq_f32(dot_i8(&xs[..16], lo), dot_i8(&xs[16..], hi)), f16_at(b, 0))
-        }),
-        DType::Q4_1 => q4_1_row(row, x),
-        _ => linear::dot_row(Simd::PORTABLE, dtype, row, x),
-    }
-}
-
-/// The f16 at bytes `i..i + 2` of `b`, as f32.
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
-}
-
-/// A row of F32, F16 or BF16: 16 weights at a time from `decode` (given the row from their
-/// first byte on) into four FMA chains, the last partial 16 decoded by `linear`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn float_row(dtype: DType, row: &[u8], x: &[f32], decode: impl Fn(&[u8]) -> [float32x4_t; 4]) -> f32 {
-    let size = if dtype == DType::F32 { 4 } else { 2 };
-    let whole = x.len() / 16 * 16;
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    for i in (0..whole).step_by(16) {
-        let w = decode(&row[size * i..]);
-        for (u, a) in acc.iter_mut().enumerate() {
-            *a = vfmaq_f32(*a, f32x4(&x[i + 4 * u..]), w[u]);
-        }
-    }
-    let mut w = [0f32; 16];
-    let w = &mut w[..x.len() - whole];
-    linear::decode_row(dtype, &row[size * whole..], w);
-    let tail: f32 = x[whole..].iter().zip(w.iter()).map(|(&a, &b)| a * b).sum();
-    hsum(acc) + tail
-}
-
-/// 16 two-byte floats from the front of `b`, widened eight at a time by `widen`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn halves(b: &[u8], widen: impl Fn(uint16x8_t) -> [float32x4_t; 2]) -> [float32x4_t; 4] {
-    let [a, c] = [0, 16].map(|o| widen(vreinterpretq_u16_u8(u8x16(&b[o..]))));
-    [a[0], a[1], c[0], c[1]]
-}
-
-/// Eight f16 as f32, exactly (a signaling NaN comes out quiet: still NaN). `fcvtl` is
-/// written out because the f16 intrinsics (`vcvt_f32_f16`) are stable only from Rust 1.94,
-/// after this crate's MSRV.
-#[inline]
-#[target_feature(enable = "neon")]
-fn f16x8(h: uint16x8_t) -> [float32x4_t; 2] {
-    let (lo, hi): (float32x4_t, float32x4_t);
-    // SAFETY: `fcvtl`/`fcvtl2` are baseline aarch64 SIMD and touch only these registers
-    // (`lo` is written before `h` is read again, hence `out`, not `lateout`).
-    unsafe {
-        asm!(
-            "fcvtl {lo:v}.4s, {h:v}.4h",
-            "fcvtl2 {hi:v}.4s, {h:v}.8h",
-            h = in(vreg) h,
-            lo = out(vreg) lo,
-            hi = lateout(vreg) hi,
-            options(pure, nomem, nostack),
-        )
-    };
-    [lo, hi]
-}
-
-/// Eight bf16 as f32: each is the high half of its f32.
-#[inline]
-#[target_feature(enable = "neon")]
-fn bf16x8(h: uint16x8_t) -> [float32x4_t; 2] {
-    [vshll_n_u16::<16>(vget_low_u16(h)), vshll_high_n_u16::<16>(h)].map(|w| vreinterpretq_f32_u32(w))
-}
-
 /// The 32 four-bit codes of a Q4 block's 16 bytes `qs`: elements 0..16 (low nibbles) and
 /// 16..32 (high nibbles).
 #[inline]
 #[target_feature(enable = "neon")]
-fn nibbles(qs: &[u8]) -> [int8x16_t; 2] {
+pub(super) fn nibbles(qs: &[u8]) -> [int8x16_t; 2] {
     let v = u8x16(qs);
     [vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8::<4>(v)].map(|c| vreinterpretq_s8_u8(c))
 }
 
-/// The 16 i8 of `w` as f32 (exact), four lanes at a time.
-#[inline]
-#[target_feature(enable = "neon")]
-fn i8_to_f32(w: int8x16_t) -> [float32x4_t; 4] {
-    let (lo, hi) = (vmovl_s8(vget_low_s8(w)), vmovl_high_s8(w));
-    [vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)]
-        .map(|v| vcvtq_f32_s32(v))
-}
-
-/// `Σ x_j · w_j` over 16 elements, as four lane sums (`w`: 16 i8 codes).
-#[inline]
-#[target_feature(enable = "neon")]
-fn dot_i8(x: &[f32], w: int8x16_t) -> float32x4_t {
-    let w = i8_to_f32(w);
-    let s = vmulq_f32(f32x4(x), w[0]);
-    let s = vfmaq_f32(s, f32x4(&x[4..]), w[1]);
-    let s = vfmaq_f32(s, f32x4(&x[8..]), w[2]);
-    vfmaq_f32(s, f32x4(&x[12..]), w[3])
-}
-
-/// `Σ_b d_b · S_b` over a row's blocks of 32 elements (`bytes` each), `block(b, x)` giving
-/// a block's four lane sums `S_b` of `x · code` and its `d`: two blocks per step, each
-/// into its own total (two FMA chains), as the x86 kernel does.
-#[inline]
-#[target_feature(enable = "neon")]
-fn scaled_blocks(row: &[u8], x: &[f32], bytes: usize, block: impl Fn(&[u8], &[f32]) -> (float32x4_t, f32)) -> f32 {
-    let (mut t0, mut t1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
-    let (pairs, xs) = (row.chunks_exact(2 * bytes), x.chunks_exact(64));
-    let (last, x_last) = (pairs.remainder(), xs.remainder());
-    for (b, xs) in pairs.zip(xs) {
-        let (s0, d0) = block(&b[..bytes], &xs[..32]);
-        let (s1, d1) = block(&b[bytes..], &xs[32..]);
-        t0 = vfmaq_n_f32(t0, s0, d0);
-        t1 = vfmaq_n_f32(t1, s1, d1);
-    }
-    if last.len() >= bytes && x_last.len() >= 32 {
-        let (s, d) = block(last, x_last);
-        t0 = vfmaq_n_f32(t0, s, d);
-    }
-    hsum([t0, t1])
-}
-
-/// A Q4_1 row: each weight decoded as `code · d + m` with one rounding (an FMA; `code · d`
-/// is exact), as `linear` decodes it, then one FMA chain per four elements of a block.
-#[inline]
-#[target_feature(enable = "neon")]
-fn q4_1_row(row: &[u8], x: &[f32]) -> f32 {
-    let mut acc = [vdupq_n_f32(0.0); 8];
-    for (b, xs) in row.chunks_exact(20).zip(x.chunks_exact(32)) {
-        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-        let [lo, hi] = nibbles(&b[4..]).map(|c| i8_to_f32(c));
-        for (j, code) in lo.into_iter().chain(hi).enumerate() {
-            let w = vfmaq_n_f32(vdupq_n_f32(m), code, d);
-            acc[j] = vfmaq_f32(acc[j], f32x4(&xs[4 * j..]), w);
-        }
-    }
-    hsum(acc)
-}
-
-/// `linear_int8::dot_rows`: per block the exact `Σ c·q` of the weight codes and the int8
-/// activations (`dot16`: `sdot`, or widening multiplies), its four lanes converted to f32
-/// (exact: below 2²⁴) and scaled by `d / s_b` into one FMA chain per row; the constant
-/// terms (Q4_1's `m`, Q4_0's codes stored as `c + 8`) as `f · (Σq_b / s_b)` summed apart,
-/// as the AVX2 kernel does. Two rows at a time share each activation load.
-#[target_feature(enable = "neon")]
-pub(crate) fn dot_rows_int8(level: Simd, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
-    if sdot(level) {
-        int8_rows::<true>(dtype, rows, a, out)
-    } else {
-        int8_rows::<false>(dtype, rows, a, out)
-    }
-}
-
-#[inline]
-#[target_feature(enable = "neon")]
-fn int8_rows<const SDOT: bool>(dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
-    let (bb, nb, m) = (dtype.block_bytes(), a.inv_scale.len(), out.len());
-    let row_bytes = nb * bb;
-    assert!(rows.len() >= m * row_bytes && a.q.len() >= nb * BLOCK && a.sum.len() >= nb);
-    // One weight block `b` against the activation block `q`: the lanes of `Σ c·q`, `d`, and
-    // the factor `f` of its constant term (Q8_0: none).
-    let block = |b: &[u8], q: [int8x16_t; 2]| {
-        let d = f16_at(b, 0);
-        let (codes, f) = match dtype {
-            DType::Q8_0 => ([2, 18].map(|o| vreinterpretq_s8_u8(u8x16(&b[o..]))), 0.0),
-            DType::Q4_0 => (nibbles(&b[2..]), d),
-            _ => (nibbles(&b[4..]), f16_at(b, 2)),
-        };
-        let sums = dot16::<SDOT>(dot16::<SDOT>(vdupq_n_s32(0), codes[0], q[0]), codes[1], q[1]);
-        (vcvtq_f32_s32(sums), d, f)
-    };
-    for j in (0..m).step_by(2) {
-        let j1 = (j + 1).min(m - 1);
-        let r = [&rows[j * row_bytes..][..row_bytes], &rows[j1 * row_bytes..][..row_bytes]];
-        let (mut acc, mut constant) = ([vdupq_n_f32(0.0); 2], [0f32; 2]);
-        for i in 0..nb {
-            let q = [i8x16(&a.q[BLOCK * i..]), i8x16(&a.q[BLOCK * i + 16..])];
-            let (inv, qsum) = (a.inv_scale[i], a.sum[i] * a.inv_scale[i]);
-            for (u, row) in r.iter().enumerate() {
-                let (sums, d, f) = block(&row[i * bb..][..bb], q);
-                acc[u] = vfmaq_n_f32(acc[u], sums, d * inv);
-                constant[u] += f * qsum;
-            }
-        }
-        let total = |u: usize| {
-            let c = if dtype == DType::Q4_0 { -8.0 * constant[u] } else { constant[u] };
-            vaddvq_f32(acc[u]) + c
-        };
-        out[j] = total(0);
-        if j1 > j {
-            out[j1] = total(1);
-        }
-    }
-}
-
-/// The sum of every lane of `v`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn hsum<const N: usize>(v: [float32x4_t; N]) -> f32 {
-    vaddvq_f32(v.into_iter().fold(vdupq_n_f32(0.0), |s, a| vaddq_f32(s, a)))
-}
-
+/// The NEON test helpers every family's tests use, and the level detection's test.
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use crate::kernels::ternary::{unpack_chunks, I2_S_SHIFTS};
 
     /// The NEON levels this CPU supports (`neon-dot` only with `dotprod`).
-    fn levels() -> impl Iterator<Item = Simd> {
+    pub(in crate::kernels) fn levels() -> impl Iterator<Item = Simd> {
         Simd::all_supported().filter(|l| l.get() != SimdLevel::Portable)
     }
 
     /// A small deterministic generator (an LCG's high bits).
-    struct Rng(u64);
+    pub(in crate::kernels) struct Rng(pub(in crate::kernels) u64);
 
     impl Rng {
-        fn next(&mut self) -> u32 {
+        pub(in crate::kernels) fn next(&mut self) -> u32 {
             self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (self.0 >> 33) as u32
         }
 
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
+        pub(in crate::kernels) fn bytes(&mut self, n: usize) -> Vec<u8> {
             (0..n).map(|_| self.next() as u8).collect()
         }
 
         /// Activations, every seventh at the extreme −128.
-        fn acts(&mut self, n: usize) -> Vec<i8> {
+        pub(in crate::kernels) fn acts(&mut self, n: usize) -> Vec<i8> {
             (0..n).map(|i| if i % 7 == 0 { -128 } else { self.next() as i8 }).collect()
         }
 
         /// Uniform in [−1, 1).
-        fn unit(&mut self) -> f32 {
+        pub(in crate::kernels) fn unit(&mut self) -> f32 {
             self.next() as f32 / 2_147_483_648.0 - 1.0
         }
     }
@@ -496,213 +134,5 @@ mod tests {
         assert_eq!(SimdLevel::detect(), if dot { SimdLevel::NeonDot } else { SimdLevel::Neon });
         assert!(!SimdLevel::Avx2.is_supported());
         eprintln!("dotprod: {dot}, detect: {}", SimdLevel::detect());
-    }
-
-    #[test]
-    fn packed_and_unpacked_dots_match_the_portable_ones() {
-        let mut rng = Rng(0x1234_5678);
-        for n_chunks in [1usize, 3, 9, 17, 21] {
-            let random = (rng.bytes(32 * n_chunks), rng.acts(128 * n_chunks));
-            // The extremes: every code 3 against −128 (each i16 pair at −768).
-            let extreme = (vec![0xff; 32 * n_chunks], vec![-128i8; 128 * n_chunks]);
-            for (chunks, q) in [random, extreme] {
-                for shifts in [&TQ2_0_SHIFTS, &I2_S_SHIFTS] {
-                    let mut codes = vec![0u8; 128 * n_chunks];
-                    unpack_chunks(&chunks, shifts, &mut codes);
-                    let want = ternary::packed_dot(Simd::PORTABLE, &chunks, shifts, &q);
-                    // Lengths that end inside a vector take the scalar tail.
-                    let lens = [codes.len(), codes.len() - 5, 13];
-                    for level in levels() {
-                        // SAFETY: NEON is present (aarch64 baseline, asserted in `detect_…`).
-                        assert_eq!(unsafe { packed_dot(level, &chunks, shifts, &q) }, want, "{level} {n_chunks}");
-                        for len in lens {
-                            let (c, qq) = (&codes[..len], &q[..len]);
-                            let want = ternary::codes_dot(Simd::PORTABLE, c, qq);
-                            // SAFETY: as above.
-                            assert_eq!(unsafe { codes_dot(level, c, qq) }, want, "{level} codes, {len}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// A TQ2_0 row of `blocks` blocks: random codes, or (`mirror`) every odd block the
-    /// trits of the block before negated with the same activations, so that an even row's
-    /// total is zero; `d(b)` gives each block's scale bits.
-    fn tq2_0_row(rng: &mut Rng, blocks: usize, mirror: bool, d: impl Fn(usize) -> u16) -> (Vec<u8>, Vec<i8>) {
-        let (mut row, mut q) = (vec![0u8; 66 * blocks], rng.acts(256 * blocks));
-        for b in 0..blocks {
-            for m in 0..64 {
-                row[66 * b + m] = if mirror && b % 2 == 1 {
-                    // Codes c → 2 − c (trit t → −t); code 3 is not a trit, so only 0..=2.
-                    let prev = row[66 * (b - 1) + m];
-                    [0, 2, 4, 6].iter().map(|&s| (2 - ((prev >> s) & 3)) << s).sum()
-                } else if mirror {
-                    [0, 2, 4, 6].iter().map(|&s| ((rng.next() % 3) as u8) << s).sum()
-                } else {
-                    rng.next() as u8
-                };
-            }
-            row[66 * b + 64..66 * b + 66].copy_from_slice(&d(b).to_le_bytes());
-            if mirror && b % 2 == 1 {
-                let prev = q[256 * (b - 1)..256 * b].to_vec();
-                q[256 * b..256 * b + 256].copy_from_slice(&prev);
-            }
-        }
-        (row, q)
-    }
-
-    #[test]
-    fn tq2_0_row_sums_are_the_portable_bits() {
-        let mut rng = Rng(0x9e37_79b9);
-        let per_block =
-            |b: usize| half::f16::from_f32(if b.is_multiple_of(2) { 0.5 } else { -0.5 } * (1.0 + b as f32 / 64.0));
-        // 0.25, −0.5, a subnormal, ±0, ∞, NaN.
-        let uniform = [0x3400u16, 0xb800, 0x0001, 0x0000, 0x8000, 0x7c00, 0x7e00];
-        for blocks in [1usize, 2, 3, 4, 9, 11] {
-            let mut rows = vec![tq2_0_row(&mut rng, blocks, false, |b| per_block(b).to_bits())];
-            for &d in &uniform {
-                rows.push(tq2_0_row(&mut rng, blocks, false, |_| d));
-                rows.push(tq2_0_row(&mut rng, blocks, true, |_| d));
-            }
-            // Only the first and last blocks agree: not uniform.
-            rows.push(tq2_0_row(&mut rng, blocks, false, |b| if b == 0 || b + 1 == blocks { 0x3c00 } else { 0x3800 }));
-            for (row, q) in rows {
-                let qsums: Vec<i32> = q.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
-                let want = ternary::tq2_0_row_sum(Simd::PORTABLE, &row, &q, &qsums);
-                for level in levels() {
-                    // SAFETY: as in `packed_and_unpacked_dots_…`.
-                    let got = unsafe { tq2_0_row_sum(level, &row, &q, &qsums) };
-                    assert!(
-                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
-                        "{level} {blocks} blocks: {got} vs {want}"
-                    );
-                }
-            }
-        }
-        // The case the shortcut must leave to the long way: a zero total under a negative
-        // scale is +0 (the blocks' terms cancel), where `d · 0` would be −0.
-        let (row, q) = tq2_0_row(&mut rng, 4, true, |_| 0xb800);
-        let qsums: Vec<i32> = q.chunks_exact(256).map(|b| b.iter().map(|&v| v as i32).sum()).collect();
-        for level in levels() {
-            // SAFETY: as above.
-            let got = unsafe { tq2_0_row_sum(level, &row, &q, &qsums) };
-            assert_eq!(got.to_bits(), 0f64.to_bits(), "{level}");
-        }
-    }
-
-    #[test]
-    fn tiles_match_the_portable_ones_panel_by_panel() {
-        let mut rng = Rng(0x51ed_270b);
-        for n_chunks in [1usize, 3, 9, 17, 21] {
-            let (n, k) = (6usize, 128 * n_chunks);
-            let groups = n.div_ceil(4);
-            let codes: Vec<Vec<u8>> = (0..4).map(|_| rng.bytes(k).iter().map(|b| b & 3).collect()).collect();
-            let q = rng.acts(n * k);
-            for (block, panel) in [(128, 96), (128, 256), (k, 160), (k, k), (32, 64)] {
-                let blocks = k / block;
-                let d: Vec<Vec<f64>> =
-                    (0..4).map(|_| (0..blocks).map(|_| half::f16::from_f32(rng.unit()).to_f64()).collect()).collect();
-                let qsums: Vec<[i32; 4]> =
-                    (0..groups * blocks).map(|_| [0; 4].map(|_: i32| rng.next() as i16 as i32)).collect();
-                let pairs: Vec<RowPair> = (0..2)
-                    .map(|p| RowPair {
-                        c: [&codes[2 * p], &codes[2 * p + 1]],
-                        block,
-                        d: [&d[2 * p], &d[2 * p + 1]],
-                        qsums: &qsums,
-                    })
-                    .collect();
-                for level in levels() {
-                    let mut want = vec![TileSums::default(); pairs.len() * groups];
-                    let mut got = want.clone();
-                    for p0 in (0..k).step_by(panel) {
-                        let at = p0..(p0 + panel).min(k);
-                        ternary::tiles_2x4(Simd::PORTABLE, &pairs, &mut want, &q, k, at.clone());
-                        // SAFETY: as in `packed_and_unpacked_dots_…`.
-                        unsafe { tiles_2x4(level, &pairs, &mut got, &q, k, at.clone(), groups) };
-                        for (g, w) in got.iter().zip(&want) {
-                            let bits = |s: &TileSums| s.y.map(f64::to_bits);
-                            assert_eq!(
-                                (bits(g), g.raw),
-                                (bits(w), w.raw),
-                                "{level} k {k}, blocks of {block}, at {at:?}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// A row of `dtype` for `k` elements: random weights, or (`exact`) small integers whose
-    /// every partial sum against small integer activations is exact in f32.
-    fn weight_row(rng: &mut Rng, dtype: DType, k: usize, exact: bool) -> Vec<u8> {
-        let mut w = || if exact { (rng.next() % 17) as f32 - 8.0 } else { rng.unit() };
-        match dtype {
-            DType::F32 => (0..k).flat_map(|_| w().to_le_bytes()).collect(),
-            DType::F16 => (0..k).flat_map(|_| half::f16::from_f32(w()).to_le_bytes()).collect(),
-            DType::BF16 => (0..k).flat_map(|_| half::bf16::from_f32(w()).to_le_bytes()).collect(),
-            _ => {
-                let (bytes, scales) = match dtype {
-                    DType::Q8_0 => (34, 1),
-                    DType::Q4_0 => (18, 1),
-                    _ => (20, 2),
-                };
-                let mut row = rng.bytes(k / 32 * bytes);
-                for b in row.chunks_exact_mut(bytes) {
-                    for s in 0..scales {
-                        // d (then Q4_1's m): 1 and −8 when exact (Q4_1: code − 8).
-                        let v = if exact { [1.0, -8.0][s] } else { rng.unit() / 8.0 };
-                        b[2 * s..2 * s + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
-                    }
-                    if exact && dtype == DType::Q8_0 {
-                        // Codes in −16..16: sums stay far below 2²⁴.
-                        b[2..].iter_mut().for_each(|c| *c = ((*c as i8) >> 3) as u8);
-                    }
-                }
-                row
-            }
-        }
-    }
-
-    /// Float sums in another order than the portable one's, so compared within a bound:
-    /// each of the two results is within γ ≈ (k + 2)·2⁻²⁴ · Σ|x·w| of the exact sum (one
-    /// rounding per product, per addition along a chain of at most k, and per block scale),
-    /// so they differ by at most (k + 2)·2⁻²³ · Σ|x·w|; the decoded weights, which must be
-    /// exact, are checked bit for bit by the `exact` rows, whose sums do not round at all.
-    #[test]
-    fn dot_rows_match_the_portable_ones() {
-        let mut rng = Rng(0x2545_f491);
-        let float_lens = [1usize, 3, 15, 16, 17, 33, 100, 257];
-        let block_lens = [32usize, 64, 96, 288, 544];
-        let cases = [
-            (DType::F32, &float_lens[..]),
-            (DType::F16, &float_lens[..]),
-            (DType::BF16, &float_lens[..]),
-            (DType::Q8_0, &block_lens[..]),
-            (DType::Q4_0, &block_lens[..]),
-            (DType::Q4_1, &block_lens[..]),
-        ];
-        for (dtype, lens) in cases {
-            for &k in lens {
-                for exact in [false, true] {
-                    let row = weight_row(&mut rng, dtype, k, exact);
-                    let x: Vec<f32> =
-                        (0..k).map(|_| if exact { (rng.next() % 9) as f32 - 4.0 } else { rng.unit() }).collect();
-                    let want = linear::dot_row(Simd::PORTABLE, dtype, &row, &x);
-                    let mut w = vec![0f32; k];
-                    linear::decode_row(dtype, &row, &mut w);
-                    let abs: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-                    let bound = (k as f64 + 2.0) * 2f64.powi(-23) * abs;
-                    // SAFETY: as in `packed_and_unpacked_dots_…`.
-                    let got = unsafe { dot_row(dtype, &row, &x) };
-                    let ok =
-                        if exact { got.to_bits() == want.to_bits() } else { (got as f64 - want as f64).abs() <= bound };
-                    assert!(ok, "{dtype:?} k {k} exact {exact}: {got} vs {want} (bound {bound})");
-                }
-            }
-        }
     }
 }

@@ -24,10 +24,10 @@ use purebee_memory::{DType, TensorId};
 
 use super::linear::transpose;
 use super::{f32s_mut, Exec};
-use crate::kernels::linear::f16_to_f32;
+use crate::kernels::f16::f16_to_f32;
 use crate::kernels::pool::Pool;
+use crate::kernels::ternary::tokens::{self as tokens_kernel, ChunkLayout};
 use crate::kernels::ternary::{self as t, CHUNK_ELEMS};
-use crate::kernels::ternary_tokens::{self as tokens_kernel, ChunkLayout};
 use crate::kernels::Simd;
 use crate::store::{dims, mem, Store};
 
@@ -246,7 +246,7 @@ const FEW_TOKENS_ROWS: usize = 32;
 
 /// A few tokens: each task sums a tile of rows for every token (the tile read from memory
 /// once) into `[rows, n]`, then transposed into `out`. Where the level has a several-token
-/// kernel (`ternary_tokens`), up to four tokens share each load and unpacking of the codes;
+/// kernel (`ternary::tokens`), up to four tokens share each load and unpacking of the codes;
 /// elsewhere the one-token kernels run per token.
 fn gemv_tokens(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, n: usize, out_scale: f64, out: &mut [f32]) {
     let m = out.len() / n.max(1);

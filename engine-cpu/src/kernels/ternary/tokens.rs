@@ -6,10 +6,12 @@
 //! The results are the raw integer sums `Σ c·q` of each (row, token), exact on every level,
 //! so a token's result never depends on which other tokens share the call. Every level of
 //! this kernel family lives in this file (dispatcher, portable, AVX2, AVX-512 VNNI); the
-//! 2-bit layouts are `ternary`'s.
+//! 2-bit layouts are the ternary family's (`layout`), and the levels without a kernel here
+//! loop over its one-token [`packed_dot`].
 
-use super::ternary::{self, CHUNK_ELEMS, I2_S_SHIFTS, TQ2_0_SHIFTS};
-use super::{Simd, SimdLevel};
+use super::super::{Simd, SimdLevel};
+use super::layout::{CHUNK_ELEMS, I2_S_SHIFTS, TQ2_0_SHIFTS};
+use super::packed_dot;
 
 /// The most tokens one call sums (each token keeps its own accumulators in registers).
 pub const MAX_TOKENS: usize = 4;
@@ -104,9 +106,7 @@ pub fn packed_rows_tokens(
                     let row = &rows[r * row_bytes..(r + 1) * row_bytes];
                     out[t * n_rows + r] = layout
                         .chunks()
-                        .map(|(at, qi)| {
-                            ternary::packed_dot(level, &row[at..at + 32], layout.shifts, &qt[qi..qi + CHUNK_ELEMS])
-                        })
+                        .map(|(at, qi)| packed_dot(level, &row[at..at + 32], layout.shifts, &qt[qi..qi + CHUNK_ELEMS]))
                         .sum();
                 }
             }
@@ -145,6 +145,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{ChunkLayout, PREFETCH};
+    use crate::kernels::hsum::hsum_i32;
 
     /// See `packed_rows_tokens`, which checked the lengths.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -185,18 +186,9 @@ mod avx2 {
                 }
             }
             for t in 0..T {
-                out[t * n_rows + r] = hsum(_mm256_add_epi32(acc32[t], _mm256_madd_epi16(acc16[t], ones)));
+                out[t * n_rows + r] = hsum_i32(_mm256_add_epi32(acc32[t], _mm256_madd_epi16(acc16[t], ones)));
             }
         }
-    }
-
-    /// Horizontal sum of eight i32 lanes.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn hsum(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
     }
 }
 
@@ -205,6 +197,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::{ChunkLayout, I2_S_SHIFTS, PREFETCH, TQ2_0_SHIFTS};
+    use crate::kernels::hsum::hsum_i32;
 
     /// See `packed_rows_tokens`, which checked the lengths.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -301,7 +294,7 @@ mod avx512 {
         for i in 0..R {
             for t in 0..T {
                 let fours = _mm256_srai_epi32::<2>(acc[i][t][1]);
-                sums[i][t] = super::avx2::hsum(_mm256_add_epi32(acc[i][t][0], fours));
+                sums[i][t] = hsum_i32(_mm256_add_epi32(acc[i][t][0], fours));
             }
         }
         sums
@@ -311,6 +304,7 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::ternary;
 
     /// Every level against the rows unpacked to one code per byte, on both layouts, 1 to 4 tokens, odd row counts, extreme activations.
     #[test]

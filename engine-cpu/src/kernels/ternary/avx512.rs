@@ -6,22 +6,27 @@
 //! are exact as on every level: a lane gains at most 4 · 3 · 128 = 1 536 per step, and a
 //! row's raw total stays below 2³¹ for the row lengths `ternary` admits.
 //!
-//! Only the ternary kernels are here. The other kernels (LINEAR, SILU, the activation
-//! rounding) run their AVX2 versions on this level: every CPU with AVX-512 VNNI has AVX2,
-//! FMA and F16C (`SimdLevel::is_supported` checks both), and those kernels are either
-//! bandwidth-bound float work or a small share of a token.
+//! Besides these and the several-token kernels (`tokens`), only LINEAR's float rows of
+//! several tokens have an AVX-512 form; the other kernels (the rest of LINEAR, SILU, the
+//! activation rounding) run their AVX2 versions on this level: every CPU with AVX-512 VNNI
+//! has AVX2, FMA and F16C (`SimdLevel::is_supported` checks both), and those kernels are
+//! either bandwidth-bound float work or a small share of a token.
 //!
-//! This machine's CPUs have no AVX-512: these kernels are checked inside the Bochs CPU
-//! emulator (`scripts/test-avx512-emulated.sh`, through [`super::emulation`]), and by the
-//! ordinary tests wherever the CPU has AVX-512 VNNI.
+//! Where the CPU has no AVX-512, these kernels are checked inside the Bochs CPU emulator
+//! (`scripts/test-avx512-emulated.sh`, through [`cross_check`](crate::kernels::cross_check));
+//! the ordinary tests run them wherever the CPU has AVX-512 VNNI.
+//!
+//! [`SimdLevel::Avx512Vnni`]: crate::kernels::SimdLevel::Avx512Vnni
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::ternary::{self, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
+use super::super::f16::f16_to_f32;
+use super::layout::{for_each_tile, RowPair, TileSums, CHUNK_ELEMS, TQ2_0_SHIFTS};
+use super::row_pairs::{in_row_pairs, prefetch_pair_stream};
+use super::uniform::{pair_row_finish, pair_row_scale, shared_scale};
 
-/// How far ahead the GEMV kernels prefetch, in bytes (the AVX2 kernels' distance; not
-/// measured on an AVX-512 machine yet).
+/// How far ahead the GEMV kernels prefetch, in bytes (the AVX2 kernels' distance).
 const PREFETCH: usize = 2048;
 
 /// Four i32 accumulators of 8 lanes, one per run of a chunk: four independent
@@ -85,7 +90,7 @@ pub(super) fn packed_dot(chunks: &[u8], shifts: &[u32; 4], q: &[i8]) -> i32 {
 /// See `ternary::packed_dot_rows`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn packed_dot_rows(rows: &[u8], row_bytes: usize, shifts: &[u32; 4], q: &[i8], out: &mut [i32]) {
-    ternary::in_row_pairs(rows, row_bytes, out, |r| packed_dot_pair(r, shifts, q), |r| packed_dot(r, shifts, q));
+    in_row_pairs(rows, row_bytes, out, |r| packed_dot_pair(r, shifts, q), |r| packed_dot(r, shifts, q));
 }
 
 /// Two rows of `packed_dot_rows`: [`packed_dot`]'s loop over both rows.
@@ -96,7 +101,7 @@ fn packed_dot_pair(rows: [&[u8]; 2], shifts: &[u32; 4], q: &[i8]) -> [i32; 2] {
     let sh = shift_counts(shifts);
     let (mut acc0, mut acc1) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
     for c in 0..n {
-        ternary::prefetch_pair_stream(rows[0], 64 * c, 1);
+        prefetch_pair_stream(rows[0], 64 * c, 1);
         // SAFETY: chunk c is bytes 32c..32c+32 of each row (c < n); unaligned loads.
         let (v0, v1) = unsafe {
             (
@@ -142,7 +147,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
             differ |= d_bits(b) ^ d0;
         }
         let total = sum_runs(acc) as i64 - qsums.iter().map(|&v| v as i64).sum::<i64>();
-        if let Some(d) = ternary::shared_scale(d0, n).filter(|_| differ == 0 && total != 0) {
+        if let Some(d) = shared_scale(d0, n).filter(|_| differ == 0 && total != 0) {
             return d * total as f64;
         }
     }
@@ -150,7 +155,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
     let mut y: f64 = std::iter::empty::<f64>().sum();
     for (b, &qsum) in qsums.iter().enumerate() {
         let raw = sum_runs(block([_mm256_setzero_si256(); 4], b));
-        y += super::linear::f16_to_f32(d_bits(b)) as f64 * (raw - qsum) as f64;
+        y += f16_to_f32(d_bits(b)) as f64 * (raw - qsum) as f64;
     }
     y
 }
@@ -158,7 +163,7 @@ pub(super) fn tq2_0_row_sum(row: &[u8], q: &[i8], qsums: &[i32]) -> f64 {
 /// See `ternary::tq2_0_rows_sum`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i32], out: &mut [f64]) {
-    ternary::in_row_pairs(rows, row_bytes, out, |r| tq2_0_row_pair_sum(r, q, qsums), |r| tq2_0_row_sum(r, q, qsums));
+    in_row_pairs(rows, row_bytes, out, |r| tq2_0_row_pair_sum(r, q, qsums), |r| tq2_0_row_sum(r, q, qsums));
 }
 
 /// Two rows of `tq2_0_rows_sum` (the pair kernel). The codes stay in place: run g is masked with
@@ -166,7 +171,7 @@ pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i
 /// 192, still a u8) by the activations, so run g's lanes hold `4^g` times its sums, which an
 /// arithmetic shift by `2g` undoes exactly. A lane gains at most 4 · 192 · 128 = 98 304 per
 /// chunk: below 2³¹ over `MAX_UNIFORM_BLOCKS` blocks of two chunks, the longest row this
-/// kernel sums (`ternary::pair_row_scale`). (A 64-byte form, a block's two chunks in one register
+/// kernel sums ([`pair_row_scale`]). (A 64-byte form, a block's two chunks in one register
 /// and the activations of run g of both in another, ran 10 % faster alone on one thread
 /// but 3–16 % slower in the 2-thread 2B decode on Zen 4, as the one-row 64-byte form did.)
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -174,14 +179,14 @@ pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i
 fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
     let n = qsums.len();
     assert!(rows.iter().all(|r| r.len() >= 66 * n) && q.len() >= 256 * n, "tq2_0_row_pair_sum: short row");
-    let (Some(d0), Some(d1)) = (ternary::pair_row_scale(rows[0], n), ternary::pair_row_scale(rows[1], n)) else {
+    let (Some(d0), Some(d1)) = (pair_row_scale(rows[0], n), pair_row_scale(rows[1], n)) else {
         return rows.map(|r| tq2_0_row_sum(r, q, qsums));
     };
     let d_bits = |r: &[u8], b: usize| u16::from_le_bytes([r[66 * b + 64], r[66 * b + 65]]);
     let masks = TQ2_0_SHIFTS.map(|s| _mm256_set1_epi8((3u8 << s) as i8));
     let (mut acc, mut differ) = ([[_mm256_setzero_si256(); 4]; 2], [0u16; 2]);
     for b in 0..n {
-        ternary::prefetch_pair_stream(rows[0], 132 * b, 2);
+        prefetch_pair_stream(rows[0], 132 * b, 2);
         for c in 0..2 {
             // SAFETY: chunk c of block b is bytes 66b + 32c .. + 32 of each row (asserted
             // above, b < n); an unaligned load.
@@ -206,7 +211,7 @@ fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {
     let finish = |r: usize, d: u16| {
         let a = acc[r];
         let runs = [a[0], _mm256_srai_epi32::<2>(a[1]), _mm256_srai_epi32::<4>(a[2]), _mm256_srai_epi32::<6>(a[3])];
-        ternary::pair_row_finish(d, differ[r], n, sum_runs(runs) as i64, qsums)
+        pair_row_finish(d, differ[r], n, sum_runs(runs) as i64, qsums)
             .unwrap_or_else(|| tq2_0_row_sum(rows[r], q, qsums))
     };
     [finish(0, d0), finish(1, d1)]
@@ -237,9 +242,7 @@ pub(super) fn codes_dot(codes: &[u8], q: &[i8]) -> i32 {
 /// See `ternary::tiles_2x4`, which checked the slices' lengths and the alignments.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn tiles_2x4(pairs: &[RowPair], sums: &mut [TileSums], q: &[i8], k: usize, at: Range<usize>, groups: usize) {
-    ternary::for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| {
-        tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, s)
-    });
+    for_each_tile(pairs, sums, q, k, groups, |p, tok, qs, s| tile_2x4(p.c, tok, at.clone(), p.block, p.d, qs, s));
 }
 
 /// One 2-row × 4-token tile of [`tiles_2x4`]: eight i32 accumulators of 16 lanes, each
