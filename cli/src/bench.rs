@@ -31,13 +31,13 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use purebee_isa::{DispatchCounters, Engine, KernelProfile, ProfileSupport};
+use purebee_loader::{LoadedModel, NoContext, SessionContext};
 use purebee_runtime::{Model, ModelError, Session};
 use serde_json::{json, Value};
 
-use crate::engine_choice::{self, EngineArgs};
-use crate::progress::Spinner;
+use crate::engine_choice::EngineArgs;
 use crate::synth::{Bytes, SplitMix64};
-use crate::CliError;
+use crate::{loading, models, CliError};
 
 /// What `bench` prints on stdout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -316,18 +316,10 @@ fn repetition<E: Engine>(
 /// Runs `bench`.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let n_ctx = check_flags(args)?;
-    let (model_path, file) = crate::loading::open(&args.model, &args.engine)?;
-    let spec = args.engine.spec();
-    let engine = engine_choice::create(&spec)?;
-    let engine_name = engine.name().to_string();
-    let load_start = Instant::now();
-    let spinner = Spinner::start(format!("loading the model on the {engine_name} engine"));
-    let model = Model::load_with(engine, &file, spec.activations);
-    spinner.finish();
-    let load_error = |source| BenchError::Load { file: model_path.clone(), source: Box::new(source) };
-    let mut model = model.map_err(load_error)?;
-    model.set_kv_cache_types(spec.kv_cache);
+    let model_path = models::resolve(&args.model)?;
+    let file = loading::open(&model_path, &args.engine)?;
     if !args.npl.is_empty() {
+        let mut loaded = loading::load(file, &args.engine, NoContext)?;
         let batched = crate::bench_batched::Batched {
             npl: &args.npl,
             n_prompt: args.prompt_len(),
@@ -336,13 +328,10 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             repetitions: args.repetitions,
             seed: args.seed,
         };
-        return crate::bench_batched::run(&mut model, &model_path, &batched, args.output, out);
+        return crate::bench_batched::run(&mut loaded.model, &model_path, &batched, args.output, out);
     }
-    let mut session = model.new_session(n_ctx).map_err(load_error)?;
-    let load_seconds = load_start.elapsed().as_secs_f64();
-    if args.engine.verbose {
-        eprintln!("purebee-rs: loaded the model on the {engine_name} engine in {load_seconds:.2} s");
-    }
+    let LoadedModel { file, mut model, cache: mut session, load_seconds, .. } =
+        loading::load(file, &args.engine, SessionContext { n_ctx: Some(n_ctx) })?;
     let config = model.config().clone();
 
     let mut rng = SplitMix64::new(args.seed);

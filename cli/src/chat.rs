@@ -7,13 +7,13 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use purebee_runtime::chat::{ChatError, ChatTemplate, Conversation};
-use purebee_runtime::tokenizer::Tokenizer;
+use purebee_loader::LoadedModel;
+use purebee_runtime::chat::{ChatError, Conversation};
 use purebee_runtime::{GenerateOptions, StopReason};
 
 use crate::generation_args::GenerationArgs;
 use crate::repl::{self, Chat, Setup};
-use crate::{speed, CliError};
+use crate::{loading, models, speed, CliError};
 
 /// Arguments of `chat`.
 #[derive(Debug, Args)]
@@ -32,18 +32,21 @@ pub struct ChatArgs {
 /// Runs `chat`: the REPL when `interactive` (stdin is a terminal), else one user turn per
 /// line of `input`.
 pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let (path, file) = crate::loading::open(&args.model, &args.generation.engine)?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
-    let template = ChatTemplate::from_gguf(&file, &tokenizer)?;
+    let mut file = loading::open(&models::resolve(&args.model)?, &args.generation.engine)?;
+    // Checked before the weights load: a model without a template costs no load.
+    if let Err(e) = &file.text()?.template {
+        return Err(e.to_string().into());
+    }
     let sampler = args.generation.sampler()?;
-    let (model, session) = args.generation.load_model(&file)?;
+    let LoadedModel { file, tokenizer, template, model, cache: session, .. } =
+        loading::load(file, &args.generation.engine, args.generation.context())?;
     args.generation.say_seed(&sampler);
     // Each answer ends at the model's end-of-turn token.
     let opts =
         GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler, stop: None };
-    let conversation = Conversation::new(model, session, tokenizer, template, args.system.clone());
+    let conversation = Conversation::new(model, session, tokenizer, template?, args.system.clone());
     if interactive {
-        let setup = Setup { path: &path, file: &file, opts };
+        let setup = Setup { path: file.path(), file: &file, opts };
         return repl::run(setup, conversation, out);
     }
     plain(conversation, opts, input, out)

@@ -1,11 +1,9 @@
 //! The flags `run` and `chat` share (sampling, token limit, context size, engine), and the
-//! sampler and model they build.
+//! sampler and session they ask for.
 
 use clap::Args;
-use purebee_loader::DynEngine;
-use purebee_memory::gguf::GgufFile;
+use purebee_loader::SessionContext;
 use purebee_runtime::sampler::SamplerConfig;
-use purebee_runtime::{Model, ModelConfig, Session};
 
 use crate::engine_choice::EngineArgs;
 use crate::CliError;
@@ -85,13 +83,9 @@ impl GenerationArgs {
         usize::try_from(self.n_predict).unwrap_or(usize::MAX)
     }
 
-    /// The model of `file` on the chosen engine, and a session of the chosen context.
-    pub fn load_model(&self, file: &GgufFile) -> Result<(Model<DynEngine>, Session), CliError> {
-        let n_ctx = match self.ctx_size {
-            Some(c) => c,
-            None => ModelConfig::from_gguf(file)?.n_ctx_train.min(4096),
-        };
-        self.engine.load_model_and_session(file, n_ctx)
+    /// The session `-c` asks for (the loader's default without it).
+    pub fn context(&self) -> SessionContext {
+        SessionContext { n_ctx: self.ctx_size }
     }
 }
 

@@ -3,10 +3,11 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use purebee_loader::{LoadedModel, SessionContext};
 use purebee_runtime::LogitsRows;
 
 use crate::engine_choice::EngineArgs;
-use crate::{npy, CliError};
+use crate::{loading, npy, CliError};
 
 /// How the sequence goes through the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -41,9 +42,10 @@ pub struct LogitsArgs {
 
 /// Runs `logits`.
 pub fn run(args: &LogitsArgs) -> Result<(), CliError> {
-    let file = purebee_loader::open_file(&args.model, &args.engine.spec())?;
+    let file = loading::open(&args.model, &args.engine)?;
     let n_ctx = args.ctx_size.unwrap_or(args.tokens.len()).max(1);
-    let (mut model, mut session) = args.engine.load_model_and_session(&file, n_ctx)?;
+    let LoadedModel { mut model, cache: mut session, .. } =
+        loading::load(file, &args.engine, SessionContext { n_ctx: Some(n_ctx) })?;
     let vocab = model.config().n_vocab;
     let data = match args.mode {
         Mode::Prefill => model.forward(&mut session, &args.tokens, 0, LogitsRows::All)?,

@@ -130,7 +130,7 @@ fn llama_cpp_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::f
 
 fn main() -> ExitCode {
     // Before any thread: adapter probing must not open display connections (see there).
-    purebee_engine_gpu::quiet_display_probing();
+    purebee_loader::quiet_display_probing();
     match run(Cli::parse_from(llama_cpp_flags(std::env::args_os()))) {
         Ok(()) => ExitCode::SUCCESS,
         // A closed pipe (`purebee-rs inspect m.gguf | head`) is not an error of ours.

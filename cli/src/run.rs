@@ -5,13 +5,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use purebee_memory::gguf::GgufFile;
-use purebee_runtime::chat::{tokenize_prompt, ChatMessage, ChatTemplate};
-use purebee_runtime::tokenizer::{StreamDecoder, Tokenizer};
+use purebee_loader::{LoadedModel, ModelText};
+use purebee_runtime::chat::{tokenize_prompt, ChatMessage};
+use purebee_runtime::tokenizer::StreamDecoder;
 use purebee_runtime::{generate, GenerateOptions, StopReason};
 
 use crate::generation_args::GenerationArgs;
-use crate::{speed, CliError};
+use crate::{loading, models, speed, CliError};
 
 /// What `run` prints on stdout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,16 +61,18 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if args.chat && args.prompt.is_none() {
         return Err("--chat needs a text prompt (-p TEXT), not --tokens".into());
     }
-    let (_, file) = crate::loading::open(&args.model, &args.generation.engine)?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
+    let mut file = loading::open(&models::resolve(&args.model)?, &args.generation.engine)?;
+    // Encoded before the weights load: a prompt or a template that cannot work costs no load.
+    let text = file.text()?;
     let prompt_ids = match (&args.prompt, &args.tokens) {
-        (Some(text), _) if args.chat => chat_prompt(&file, &tokenizer, args.system.as_deref(), text)?,
-        (Some(text), _) => tokenizer.encode(text, true, true),
+        (Some(prompt), _) if args.chat => chat_prompt(text, args.system.as_deref(), prompt)?,
+        (Some(prompt), _) => text.tokenizer.encode(prompt, true, true),
         (None, Some(ids)) => ids.clone(),
         (None, None) => return Err("give a prompt with -p TEXT or --tokens 1,2,3".into()),
     };
     let sampler = args.generation.sampler()?;
-    let (mut model, mut session) = args.generation.load_model(&file)?;
+    let LoadedModel { tokenizer, mut model, cache: mut session, .. } =
+        loading::load(file, &args.generation.engine, args.generation.context())?;
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
         return Err(format!("--tokens: id {bad} is outside the vocabulary of {} tokens", model.config().n_vocab).into());
     }
@@ -148,9 +150,9 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// The ids of `user` (after an optional `system` message) in the model's chat template,
 /// opening the assistant's turn.
-fn chat_prompt(file: &GgufFile, tokenizer: &Tokenizer, system: Option<&str>, user: &str) -> Result<Vec<u32>, CliError> {
-    let template = ChatTemplate::from_gguf(file, tokenizer)?;
+fn chat_prompt(text: &ModelText, system: Option<&str>, user: &str) -> Result<Vec<u32>, CliError> {
+    let template = text.template.as_ref().map_err(|e| e.to_string())?;
     let mut messages: Vec<ChatMessage> = system.map(|s| ChatMessage::new("system", s)).into_iter().collect();
     messages.push(ChatMessage::new("user", user));
-    Ok(tokenize_prompt(tokenizer, &template.render(&messages, true)?))
+    Ok(tokenize_prompt(&text.tokenizer, &template.render(&messages, true)?))
 }

@@ -25,6 +25,36 @@ pub enum EngineChoice {
     Auto,
 }
 
+impl EngineChoice {
+    /// Every choice, in the order a user is shown them.
+    pub const ALL: [EngineChoice; 4] = [EngineChoice::Ref, EngineChoice::Cpu, EngineChoice::Gpu, EngineChoice::Auto];
+
+    /// Its name on a command line or in a setting (`ref`, `cpu`, `gpu`, `auto`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineChoice::Ref => "ref",
+            EngineChoice::Cpu => "cpu",
+            EngineChoice::Gpu => "gpu",
+            EngineChoice::Auto => "auto",
+        }
+    }
+
+    /// The choice called `name`, if any.
+    pub fn from_name(name: &str) -> Option<EngineChoice> {
+        EngineChoice::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// What it runs on, in one line for a user.
+    pub fn about(self) -> &'static str {
+        match self {
+            EngineChoice::Ref => "The scalar reference engine (CPU): the oracle, slow",
+            EngineChoice::Cpu => "The native CPU engine (SIMD kernels, threads)",
+            EngineChoice::Gpu => "The wgpu engine on the best adapter, a CPU one (Mesa's lavapipe) included",
+            EngineChoice::Auto => "The wgpu engine on a real GPU when one exists, else the native CPU engine",
+        }
+    }
+}
+
 /// An engine choice with its settings.
 #[derive(Clone, Debug, Default)]
 pub struct EngineSpec {

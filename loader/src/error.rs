@@ -4,6 +4,7 @@
 use purebee_engine_cpu::CpuError;
 use purebee_engine_gpu::GpuError;
 use purebee_memory::gguf::GgufError;
+use purebee_runtime::tokenizer::TokenizerError;
 use purebee_runtime::ModelError;
 
 /// What went wrong choosing an engine or loading a model.
@@ -32,12 +33,29 @@ pub enum LoadError {
     /// The model in the file cannot be loaded.
     #[error(transparent)]
     Model(Box<ModelError>),
+    /// The KV cache asked for cannot be opened.
+    #[error("creating a KV cache of {n_ctx} positions: {source}")]
+    Cache {
+        /// Its positions.
+        n_ctx: usize,
+        /// The runtime's error.
+        source: Box<ModelError>,
+    },
+    /// The file's tokenizer cannot be built (the error names the file).
+    #[error(transparent)]
+    Tokenizer(Box<TokenizerError>),
 }
 
-// Boxed: both are large, and every result of this crate carries the enum.
+// Boxed: they are large, and every result of this crate carries the enum.
 impl From<GgufError> for LoadError {
     fn from(e: GgufError) -> LoadError {
         LoadError::Gguf(Box::new(e))
+    }
+}
+
+impl From<TokenizerError> for LoadError {
+    fn from(e: TokenizerError) -> LoadError {
+        LoadError::Tokenizer(Box::new(e))
     }
 }
 

@@ -24,16 +24,13 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
-    /// The model could not be opened or loaded, or its engine created (boxed: it is much
-    /// larger than the other variants).
+    /// The model could not be opened or loaded, its engine created, its tokenizer built or
+    /// the slots' KV cache opened (boxed: it is much larger than the other variants).
     #[error(transparent)]
     Load(Box<LoadError>),
-    /// The model's tokenizer could not be built.
-    #[error(transparent)]
-    Tokenizer(#[from] purebee_runtime::tokenizer::TokenizerError),
-    /// The slots' sessions could not be created.
-    #[error("creating the slots' sessions: {0}")]
-    Sessions(Box<purebee_runtime::ModelError>),
+    /// The warm-up pass failed.
+    #[error("the warm-up pass: {0}")]
+    Warmup(Box<purebee_runtime::ModelError>),
     /// The runtime, a thread or a signal handler could not be set up.
     #[error("{what}: {source}")]
     Io {

@@ -5,8 +5,7 @@
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
-use purebee_loader::DynEngine;
-use purebee_memory::gguf::GgufFile;
+use purebee_loader::{ContextRequest, DynEngine, LoadedModel, ModelFile, SharedContext};
 use purebee_runtime::batch::{BatchRows, RowRead, SharedCache};
 use purebee_runtime::chat::ChatTemplate;
 use purebee_runtime::tokenizer::Tokenizer;
@@ -30,12 +29,12 @@ struct Loaded {
 /// Loads the model, publishes it to the handlers, and runs the scheduler until shutdown.
 pub fn load_and_serve(
     config: &ServerConfig,
-    file: GgufFile,
+    file: ModelFile,
     state: &AppState,
     submitter: Submitter,
     commands: Receiver<Command>,
 ) -> Result<(), ServerError> {
-    let loaded = load(config, &file)?;
+    let loaded = load(config, file)?;
     eprintln!(
         "purebee-rs: model loaded on the {} engine: {} slots sharing a KV cache of {} tokens, passes of up to {} tokens",
         loaded.engine,
@@ -61,34 +60,34 @@ pub fn load_and_serve(
     Ok(())
 }
 
-fn load(config: &ServerConfig, file: &GgufFile) -> Result<Loaded, ServerError> {
-    let created = config.engine.create()?;
-    for note in &created.notes {
-        eprintln!("purebee-rs: {note}");
-    }
-    let mut model = purebee_loader::load_model(&config.engine, created.engine, file)?;
+fn load(config: &ServerConfig, file: ModelFile) -> Result<Loaded, ServerError> {
+    let context = SharedContext { n_ctx: config.n_ctx, sequences: config.parallel };
+    let loaded = file.load(&config.engine, context, |created| {
+        for note in &created.notes {
+            eprintln!("purebee-rs: {note}");
+        }
+    })?;
+    let LoadedModel { mut model, mut cache, tokenizer, template, engine, .. } = loaded;
     let n_ctx_train = model.config().n_ctx_train;
-    let total = if config.n_ctx == 0 { n_ctx_train } else { config.n_ctx };
+    let total = context.n_ctx(n_ctx_train);
     if total > n_ctx_train {
         eprintln!(
             "purebee-rs: warning: the context ({total}) is larger than the model's training context \
              ({n_ctx_train}); answers past {n_ctx_train} tokens may degrade"
         );
     }
-    let mut cache = model.new_shared_cache(total, config.parallel).map_err(|e| ServerError::Sessions(Box::new(e)))?;
     if config.warmup {
         // One token through every weight, then forgotten. On the 2B shape the first pass
         // after loading otherwise takes the file's page faults inside the first requests'
         // time.
         let rows = [BatchRows { seq: 0, ids: &[0], pos: 0, read: Some(RowRead::Greedy) }];
-        model.forward_batch(&mut cache, &rows).map_err(|e| ServerError::Sessions(Box::new(e)))?;
+        model.forward_batch(&mut cache, &rows).map_err(|e| ServerError::Warmup(Box::new(e)))?;
         cache.clear(0);
     }
     let n_ctx = cache.n_ctx();
-    let tokenizer = Tokenizer::from_gguf(file)?;
-    let template = ChatTemplate::from_gguf(file, &tokenizer).map_err(|e| e.to_string());
+    let template = template.map_err(|e| e.to_string());
     if let Err(why) = &template {
         eprintln!("purebee-rs: warning: {why}; /v1/chat/completions will answer 501");
     }
-    Ok(Loaded { model, cache, tokenizer: Arc::new(tokenizer), template, n_ctx, engine: created.description })
+    Ok(Loaded { model, cache, tokenizer: Arc::new(tokenizer), template, n_ctx, engine })
 }

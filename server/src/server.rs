@@ -8,6 +8,7 @@ use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use purebee_loader::{ModelFile, ModelSource};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 use tokio::task::JoinHandle as TaskHandle;
@@ -52,7 +53,7 @@ impl Server {
     /// engine thread; `/health` answers 503 until it is loaded.
     pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
         check(&config)?;
-        let file = purebee_loader::open_file(&config.model_path, &config.engine)?;
+        let file = ModelFile::open(ModelSource::Path(&config.model_path), &config.engine)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("purebee-http")

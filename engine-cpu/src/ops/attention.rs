@@ -10,7 +10,7 @@
 //! Decode (one row): the positions are split into parts, each a task over every kv head
 //! (each part keeps its own maximum, sum and weighted values per head, merged at the end as
 //! flash-decoding does): a task reads whole cache rows in order, and the parts balance the
-//! threads whatever the number of kv heads (SmolLM2's 3 on 2 threads). Within a part, one
+//! threads whatever the number of kv heads (3 kv heads on 2 threads). Within a part, one
 //! pass over its key rows and one over its value rows, in place and in order
 //! (`kernels/attention.rs`): the query heads that share a kv head share each load.
 //!

@@ -3,8 +3,8 @@
 //! outputs are bit for bit the reference engine's.
 //!
 //! The activations are quantized once per contents of `x` and kept ([`Activations`]): the
-//! q, k and v projections (and gate and up) read the same normed activations and share
-//! one quantization, which the ISA's semantics allow since it is a pure function of `x`.
+//! BITLINEARs that read the same `x` (often two or three in a row) share one quantization,
+//! which the ISA's semantics allow since it is a pure function of `x`.
 //!
 //! - One token: each thread takes blocks of weight rows and sums straight from the packed
 //!   2-bit codes (TQ2_0, I2_S) or from a TQ1_0 block unpacked to one code per byte.
@@ -232,8 +232,9 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
     let token = Token::new(acts, 0, w.block_len());
     // Parts claimed as threads get free, long at first and short at the end
     // (`for_each_guided`): a part's rows are one stream for the prefetchers, which start
-    // cold at every part, and the threads finish together. On the 2B decode the threads
-    // were busy 91–94 % of each call with four equal tasks per thread, 95–96 % so.
+    // cold at every part, and the threads finish together. On a decode of 2560- and
+    // 6912-element ternary rows the threads were busy 91–94 % of each call with four equal
+    // tasks per thread, 95–96 % so.
     pool.for_each_guided(out, MIN_GEMV_ROWS, &|first, o| one_token_rows(level, w, &token, out_scale, first, o));
 }
 

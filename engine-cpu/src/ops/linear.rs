@@ -3,8 +3,8 @@
 //!
 //! - Int8 blocks against Q4_0, Q4_1 or Q8_0 weights: integer products per block
 //!   (`kernels::linear_int8`), the weight bytes read once as below. The rounded activations
-//!   are kept per contents of `x` ([`Int8Activations`]): q, k and v (and gate and up) share
-//!   one rounding. Every other case with int8 blocks runs the f32 kernels below on
+//!   are kept per contents of `x` ([`Int8Activations`]): the LINEARs that read one `x`
+//!   share one rounding. Every other case with int8 blocks runs the f32 kernels below on
 //!   `x̂ = q / s_b` (exact integers, one rounding each), which LINEAR's f32 summation allows.
 //! - One token (decode): each thread takes blocks of weight rows and computes each row's
 //!   dot product decoding on the fly, so every weight byte is read once (memory-bound).
@@ -194,8 +194,8 @@ impl Weights<'_> {
 
 /// The shortest part of a decode GEMV's rows that a thread claims (`Pool::for_each_guided`:
 /// long parts first, one prefetch stream each, then short ones so the threads finish
-/// together). SmolLM2's decode, 6 alternated rounds: LINEAR Q4_1 15.3 -> 17.7 GB/s and
-/// 158 -> 183 tokens/s against 16 equal tasks per call.
+/// together). A decode of Q4_1 rows of 576 and 1536 elements, 6 alternated rounds: LINEAR
+/// 15.3 -> 17.7 GB/s and 158 -> 183 tokens/s against 16 equal tasks per call.
 const MIN_GEMV_ROWS: usize = 16;
 
 fn gemv(pool: &Pool, level: Simd, w: &Weights, x: &[f32], out: &mut [f32]) {
@@ -289,9 +289,9 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut 
     }
 }
 
-/// The most floats of `gemm`'s tile outputs kept between calls (16 MiB): SmolLM2's widest
-/// projection at 512 tokens takes 0.8 M; a whole vocabulary's logits for a long prompt (the
-/// 2B shape's: 66 M at 512 tokens) do not stay resident. A larger projection allocates and
+/// The most floats of `gemm`'s tile outputs kept between calls (16 MiB): a product of 1536
+/// rows at 512 tokens takes 0.8 M; one of 128256 rows (66 M at 512 tokens) does not stay
+/// resident. A larger projection allocates and
 /// zeroes its buffer each call, as before.
 const KEEP_TILES: usize = 1 << 22;
 

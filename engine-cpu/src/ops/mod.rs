@@ -32,7 +32,7 @@ pub(crate) struct Exec<'a> {
 /// Derived data kept between instructions and runs, each keyed by what it was derived from.
 #[derive(Default)]
 pub(crate) struct Caches {
-    /// BITLINEAR's int8 activations of the last `x` (q, k and v share them; so do gate and up).
+    /// BITLINEAR's int8 activations of the last `x` (the BITLINEARs that read it share them).
     pub activations: bitlinear::Activations,
     /// LINEAR's int8-block activations of the last `x` (likewise shared).
     pub linear_activations: linear::Int8Activations,

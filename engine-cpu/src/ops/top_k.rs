@@ -6,8 +6,8 @@
 //! a threshold: keys above it join a buffer of at most `2k`; a full buffer is cut back to its
 //! `k` largest (`select_nth_unstable`), which raises the threshold to the smallest of them.
 //! Rows are spread over the pool when there are several and enough elements to pay for a
-//! join. One 128256-entry row takes 0.16 ms on one Zen 4 core, under 1 % of a 2B decode
-//! step, so a single row is not split.
+//! join. One 128256-entry row takes 0.16 ms on one Zen 4 core, under 1 % of the decode
+//! step that produced it, so a single row is not split.
 
 use purebee_isa::ops::TopK;
 use purebee_isa::ExecError;

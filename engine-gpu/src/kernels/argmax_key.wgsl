@@ -1,4 +1,4 @@
-// ARGMAX's comparison, shared by argmax.wgsl, linear_argmax.wgsl (the fused LM head) and
+// ARGMAX's comparison, shared by argmax.wgsl, linear_argmax.wgsl (ARGMAX fused into a LINEAR) and
 // top_k.wgsl, so that all order values by the same rule.
 //
 // Values are compared as raw bits: each non-NaN value maps to an order-preserving u32 key

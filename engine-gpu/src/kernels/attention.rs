@@ -14,8 +14,8 @@
 //! bytes are `8·(pos + n)·n_kv·hd` (later rows re-read the same cache rows, from cache
 //! memory on a GPU); writes `4·n·n_head·hd`. With `S > 1`, also writes and reads back
 //! `4·n_head·(hd + 2)·Σ_r S_r` of partial results, `S_r` the splits holding positions
-//! (`S` from [`TILE`]`·S` positions on, fewer before). Decode on the 2B model at position
-//! 4095 (20 heads, 5 kv heads, `hd = 128`): 20 MiB of cache read once per call, 64 splits,
+//! (`S` from [`TILE`]`·S` positions on, fewer before). Decode at position 4095 with 20
+//! heads, 5 kv heads and `hd = 128`: 20 MiB of cache read once per call, 64 splits,
 //! 666 KB of partials written and read; at position 100 of the same 4096-row cache, 4 splits
 //! and 42 KB.
 //!
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_group_shares_a_workgroup_while_it_fits() {
-        // The 2B model (4 query heads per kv head of 128) and SmolLM2 (3 of 64).
+        // 4 query heads per kv head of 128, and 3 of 64.
         assert_eq!(heads_per_workgroup(4, 128, false), Some(4));
         assert_eq!(heads_per_workgroup(3, 64, false), Some(3));
         // Larger groups are cut into workgroups of MAX_HEADS, wide heads into fewer.
@@ -344,13 +344,13 @@ mod tests {
 
     #[test]
     fn decode_is_split_and_prefill_is_not() {
-        // The 2B model: 5 kv heads of one workgroup each, 4096 positions.
+        // 5 kv heads of one workgroup each, 4096 positions.
         assert_eq!(splits(5, 4096), 64);
         assert_eq!(splits(512 * 5, 4096), 1);
         assert_eq!(splits(103 * 5, 4096), 1);
         // At a 640-position context, splits of one tile.
         assert_eq!(splits(5, 640), 20);
-        // SmolLM2 decode (3 kv heads) is split, its 512-row prefill is not.
+        // A decode with 3 kv heads is split, a 512-row prefill is not.
         assert_eq!(splits(3, 2048), 64);
         assert_eq!(splits(512, 712), 1);
         // A short cache is never split into chunks shorter than a tile.

@@ -12,7 +12,7 @@
 //! 2. For `n = 1` (decode), `gemv`: one workgroup of [`WG`] per weight row, subgroup
 //!    reductions when the device has them. Reads the repacked ternary weight once:
 //!    `m·k/4` bytes of codes plus `4·m·k/256` bytes of scales (TQ1_0 / TQ2_0; I2_S: 4
-//!    bytes), the `k` bytes of int8 activations (cached), writes `4m`. The 2B model's
+//!    bytes), the `k` bytes of int8 activations (cached), writes `4m`. For scale: 2.1 G
 //!    ternary weights are ~0.52 GB at 2 bits, plus ~32 MB of scales for TQ files.
 //!    For `n ≥ 2` (prefill), `tiled`: 64 rows × 32 tokens per workgroup, reading the codes
 //!    `⌈n/32⌉` times and the int8 activations `⌈m/64⌉` times, writing `4nm`.

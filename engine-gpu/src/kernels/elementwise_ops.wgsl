@@ -1,6 +1,6 @@
 // The element-wise operations (binary_op: TENSOR_ADD, ELEMENT_MUL; unary_op: SILU, RELU2,
 // GELU), without bindings: concatenated before elementwise.wgsl, and before act_mul.wgsl so
-// that the fused gate/up epilogue computes exactly the same float operations.
+// that the fused activation-and-multiply epilogue computes exactly the same float operations.
 
 // 0: add, 1: mul.
 override BINARY_OP: u32 = 0u;

@@ -5,12 +5,12 @@
 //! - `n = 1` (decode, memory-bound), rows longer than [`GEMV_ROWS_MAX_K`]: `gemv`, one
 //!   workgroup of [`GEMV_WG`] invocations per output row, with subgroup reductions when the
 //!   device has them (`Shader::LinearSubgroup`) and workgroup-memory reductions otherwise
-//!   (`Shader::Linear`). Shorter rows (SmolLM2's 576 and 1536): `gemv_rows`, 8 rows of 8
+//!   (`Shader::Linear`). Shorter rows (576 or 1536 elements): `gemv_rows`, 8 rows of 8
 //!   invocations per workgroup and one barrier, on a CPU adapter only, since a workgroup per
 //!   576-element row spends more on its reduction than on its 72 chunks there (on lavapipe,
-//!   SmolLM2's Q8_0 LM head took 308 ms with `gemv` and 133 ms with `gemv_rows`); a GPU
+//!   a Q8_0 [49152, 576] product took 308 ms with `gemv` and 133 ms with `gemv_rows`); a GPU
 //!   hides the reduction and not the lanes' serial chunks. Both read every weight byte
-//!   exactly once: `m · row_bytes(k)` bytes (the 2B model's F16 LM head: 128256 · 2560 · 2 =
+//!   exactly once: `m · row_bytes(k)` bytes (an F16 [128256, 2560] weight: 128256 · 2560 · 2 =
 //!   657 MB; a Q4_1 [1536, 576] projection: 1536 · 18 · 20 = 553 KB), plus the `4k` bytes of x
 //!   (from cache after the first workgroups), and writes `4m`.
 //! - `n ≥ 2` (prefill): `tiled`, 64 rows × 32 tokens per workgroup of 256. Reads the weights
@@ -32,11 +32,12 @@
 //!   `dot4I8Packed` (8 per block) and scale each block's exact sum once, as the CPU engine
 //!   does: per 32 elements 8 words of activations and a scale instead of 32
 //!   floats, and Q8_0's codes as 8 or 9 whole words. With f32 activations a Q8_0 chunk cost
-//!   as many loads as an F16 one for half its bytes: the H200 read the Q8_0 LM head at 394
-//!   GB/s against the F16 head's 818.
-//!   On lavapipe (this project's 2-core VM) `tiled_int8` took SmolLM2's prefill from 2.55 to
-//!   5.60 t/s against `tiled` over x̂ (one dot4I8Packed where `tiled` runs four f32
-//!   multiply-adds, and no f32 decode of the weight tile); `quantize_blocks` then writes no x̂.
+//!   as many loads as an F16 one for half its bytes: the H200 read a Q8_0 weight at 394 GB/s
+//!   against the same weight in F16 at 818.
+//!   On lavapipe (this project's 2-core VM) `tiled_int8` took a prefill of 576- and
+//!   1536-element rows from 2.55 to 5.60 t/s against `tiled` over x̂ (one dot4I8Packed where
+//!   `tiled` runs four f32 multiply-adds, and no f32 decode of the weight tile);
+//!   `quantize_blocks` then writes no x̂.
 //! - Otherwise (other weights) the product kernels run unchanged with `x̂` as their x: one
 //!   rounding from the exact `q / s_b` (relative error ≤ 2⁻²⁴ per element), inside the
 //!   summation's own error.
@@ -44,14 +45,15 @@
 //!   norm before them): each workgroup rounds the blocks it multiplies from the f32 x (or
 //!   the norm's input, with the norm's scale computed first as RMS_NORM computes it), bit
 //!   for bit what the rounding dispatch would have written ([`Rounding::InProduct`],
-//!   [`rounds_in_product`]). On SmolLM2 that removes 89 of a decode token's 275 dispatches
-//!   (on an H100 each cost 6.5–10.7 µs) for a re-read of a 576- or 1536-wide row per
-//!   workgroup from cache.
+//!   [`rounds_in_product`]). With rows of 576 and 1536 that removes 89 of a decode token's
+//!   275 dispatches (on an H100 each cost 6.5–10.7 µs) for a re-read of a 576- or
+//!   1536-wide row per workgroup from cache.
 //!
 //! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
-//! (`gemv_multi`, a grid over the three weights' rows), and gate and up with the activation
-//! and the multiply (`gemv_gated`, both rows in one workgroup), each row computed by `gemv`'s
-//! (or `gemv_rows`') own code, so every output is bit-identical to the separate LINEARs'.
+//! (`gemv_multi`, a grid over the three weights' rows), and two products of one x with an
+//! activation and a multiply as their epilogue (`gemv_gated`, both rows in one workgroup),
+//! each row computed by `gemv`'s (or `gemv_rows`') own code, so every output is
+//! bit-identical to the separate LINEARs'.
 //! Each reads every byte of its weights once, as the separate dispatches did.
 //!
 //! Weight layouts are those of `layout.rs`: the file's bytes for every dtype but the ternary
@@ -80,7 +82,8 @@ pub(crate) const GEMV_WG: u32 = 64;
 const ACT_SLOTS: usize = 4;
 /// Rows up to this length take `gemv_rows` (at most 32 eight-element chunks per invocation)
 /// on a CPU adapter. On a GPU every row takes `gemv`'s 64 invocations: `gemv_rows`' eight
-/// lanes per row chained up to 32 chunks each, 20 µs per SmolLM2 projection on an H200.
+/// lanes per row chained up to 32 chunks each, 20 µs per product of 576- or 1536-element
+/// rows on an H200.
 pub(crate) const GEMV_ROWS_MAX_K: usize = 2048;
 
 /// Whether one-token rows of length `k` take `gemv_rows` (else `gemv`).
@@ -90,9 +93,9 @@ fn short_rows(ctx: &RecordCtx, k: usize) -> bool {
 
 /// Invocations per row of `gemv_rows`: 8 rows per workgroup.
 const GEMV_ROWS_LANES: u32 = 8;
-/// Output rows per workgroup, and per (key, index) slot, of the LM-head kernels
-/// (`linear_argmax.wgsl`): `gemv_rows`' rows per workgroup, and a multiple of 8 dividing
-/// the window row step, so that every window's first slot is whole.
+/// Output rows per workgroup, and per (key, index) slot, of the kernels that fuse ARGMAX
+/// into a LINEAR (`linear_argmax.wgsl`): `gemv_rows`' rows per workgroup, and a multiple of
+/// 8 dividing the window row step, so that every window's first slot is whole.
 pub(crate) const PART_ROWS: u32 = GEMV_WG / GEMV_ROWS_LANES;
 const _: () = assert!(PART_ROWS == 8);
 /// Weight rows per workgroup of `tiled`.
@@ -185,13 +188,13 @@ impl Rounding {
 }
 
 /// The most elements that the products rounding their own x ([`Rounding::InProduct`]) may
-/// round in all, `m · k` (a paired gate and up once): every product workgroup rounds the
+/// round in all, `m · k` (a pair of products once): every product workgroup rounds the
 /// whole row of x (and normalizes it first after an RMS_NORM), where a rounding dispatch did
 /// it once, so this work grows with the rows times the row length. Measured on an H100
-/// (docs/benchmarks.md, fourteenth session), SmolLM2's families in ms per decode token
-/// against the products plus the rounding dispatches they replace: q/k/v after the norm
-/// (960 × 576 = 553 k elements) 0.55 against 0.67, so rounding there pays; gate and up
-/// after the norm (1536 × 576 = 885 k) 0.75 against 0.69, and down (576 × 1536 = 885 k)
+/// (docs/benchmarks.md), families in ms per decode token with 576-element rows, against the
+/// products plus the rounding dispatches they replace: q/k/v after the norm (960 × 576 =
+/// 553 k elements) 0.55 against 0.67, so rounding there pays; a pair after the norm
+/// (1536 × 576 = 885 k) 0.75 against 0.69, and the product after it (576 × 1536 = 885 k)
 /// about 0.02 ms more, so there it does not.
 const IN_PRODUCT_MAX_ELEMENTS: u64 = 640 * 1024;
 
@@ -199,7 +202,7 @@ const IN_PRODUCT_MAX_ELEMENTS: u64 = 640 * 1024;
 /// ([`Rounding::InProduct`]), after RMS_NORM `norm` (which writes that x, its output
 /// otherwise unread) when given: a GPU (a CPU adapter pays the repeated rounding on its
 /// cores, and takes `gemv_rows`), one-token INT8 products, little repeated rounding
-/// ([`IN_PRODUCT_MAX_ELEMENTS`]; `paired`: a gate and an up product, a row of each per
+/// ([`IN_PRODUCT_MAX_ELEMENTS`]; `paired`: two products, a row of each per
 /// workgroup); with a norm, rows whose RMS_NORM runs with `gemv`'s workgroup size (so the
 /// product computes its scale as RMS_NORM does) and one weight row length. Likewise
 /// one-token products with f32 activations after a norm, which only apply it: no
@@ -435,7 +438,7 @@ pub(crate) fn int8_scratch_bytes(n: usize, k: usize) -> u64 {
 
 /// `INT8` in `linear.wgsl`: 1 when the products of `l` against weights of `dtype` multiply
 /// the int8-block codes of x as integers: Q4_0, Q4_1 or Q8_0 weights and int8-block
-/// activations; one token in `gemv` (or `gemv_rows`, the LM head's kernels), several in
+/// activations; one token in `gemv` (or `gemv_rows`, and their ARGMAX-fused forms), several in
 /// `tiled_int8`.
 fn int8_products(l: &Linear, dtype: DType) -> u32 {
     let quantized = matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0);
@@ -546,7 +549,7 @@ enum MultiKind {
     Products,
     /// Three products with ROPE and KV_WRITE as their epilogue (`gemv_multi_rope`).
     ProductsRope,
-    /// Gate and up with the activation and the multiply (`gemv_gated`).
+    /// Two products with an activation and a multiply as their epilogue (`gemv_gated`).
     Gated,
 }
 
@@ -719,7 +722,7 @@ fn store(l: &Linear, epilogue: Option<Epilogue>) -> ((Shader, Shader), Vec<(&'st
     }
 }
 
-/// The (key, index) slots of an LM head of `m` rows: one per [`PART_ROWS`] rows.
+/// The (key, index) slots of an ARGMAX-fused LINEAR of `m` rows: one per [`PART_ROWS`] rows.
 fn slots(m: usize) -> u64 {
     m.div_ceil(PART_ROWS as usize) as u64
 }

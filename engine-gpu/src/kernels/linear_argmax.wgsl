@@ -1,5 +1,5 @@
 // A one-token LINEAR with the first pass of the ARGMAX of its output (fuse.rs, pattern
-// ArgmaxPartials: the LM head), after linear.wgsl (gemv_total, rows_total) and
+// ArgmaxPartials), after linear.wgsl (gemv_total, rows_total) and
 // argmax_key.wgsl:
 //
 //     LINEAR(y, x, W) ; ARGMAX(id, y)      (y one row)

@@ -507,7 +507,7 @@ pub enum ScratchKey {
     /// LINEAR's activations rounded to int8 blocks (`LinearActivations::Int8Blocks`), as
     /// the product kernels read them: `x̂ = q / s_b` correctly rounded, f32 `[n, k]`.
     LinearActivations,
-    /// A fused LM head's ARGMAX partials (`linear_argmax.wgsl`): per 8 output rows, the
+    /// An ARGMAX-fused LINEAR's partials (`linear_argmax.wgsl`): per 8 output rows, the
     /// order key of their largest value and its index, two u32 words.
     ArgmaxPartials,
     /// ATTENTION's split-K partial results: per (query row, head, split) a slot of

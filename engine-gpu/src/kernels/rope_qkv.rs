@@ -3,7 +3,7 @@
 //!
 //! Why: after `gemv_multi` wrote q, k and v, `rope_kv.wgsl` read them back to rotate q and
 //! k and append k and v to the caches: a dispatch of trivial work that every attention
-//! block paid for (6.4 µs per call on an H200, where a 2B token spends 30 of them). Here
+//! block paid for (6.4 µs per call on an H200; a decode token made 30 such calls). Here
 //! the product kernel computes both rows of a rotation pair in one workgroup and writes the
 //! rotated values straight to q, the k cache and (unless dead) k; v's rows go to v (unless
 //! dead) and the v cache. The multi-product dispatchers (`bitlinear::multi_product`,

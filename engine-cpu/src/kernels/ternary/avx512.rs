@@ -37,7 +37,7 @@ type Runs = [__m256i; 4];
 /// activations at `qp` to `acc`. The decode kernels work on 32-byte registers: the 64-byte
 /// form (a chunk broadcast to both halves, two runs per instruction) was faster in cache
 /// but slower from memory on Zen 4 (I2_S rows: 12.7 against 15.7 GB/s on one thread, and
-/// 22–23 against 25–26 tokens/s for the 2B decode).
+/// 22–23 against 25–26 tokens/s for a decode of 2560- and 6912-element rows).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 fn chunk_dot(acc: Runs, v: __m256i, q: &[i8; CHUNK_ELEMS], shifts: &[__m128i; 4]) -> Runs {
@@ -173,7 +173,8 @@ pub(super) fn tq2_0_rows_sum(rows: &[u8], row_bytes: usize, q: &[i8], qsums: &[i
 /// chunk: below 2³¹ over `MAX_UNIFORM_BLOCKS` blocks of two chunks, the longest row this
 /// kernel sums ([`pair_row_scale`]). (A 64-byte form, a block's two chunks in one register
 /// and the activations of run g of both in another, ran 10 % faster alone on one thread
-/// but 3–16 % slower in the 2-thread 2B decode on Zen 4, as the one-row 64-byte form did.)
+/// but 3–16 % slower in a 2-thread decode of such rows on Zen 4, as the one-row 64-byte
+/// form did.)
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 fn tq2_0_row_pair_sum(rows: [&[u8]; 2], q: &[i8], qsums: &[i32]) -> [f64; 2] {

@@ -47,8 +47,9 @@ pub(super) fn prefetch_pair_stream(first_row: &[u8], at: usize, lines: usize) {
 
 /// The first `PAIR_STREAM_AHEAD` bytes of a run of rows, which the kernels' prefetches, that
 /// far ahead of what they read, never ask for: without this they arrive one demand miss
-/// after another at the start of every run. (2B TQ2_0 decode, 6 alternated rounds:
-/// BITLINEAR 34.5 -> 36.1 GB/s in a 2-vCPU VM's fast-memory phases, 27.6 -> 29.1 in its slow ones.)
+/// after another at the start of every run. (A decode of 2560- and 6912-element TQ2_0 rows,
+/// 6 alternated rounds: BITLINEAR 34.5 -> 36.1 GB/s in a 2-vCPU VM's fast-memory phases,
+/// 27.6 -> 29.1 in its slow ones.)
 #[target_feature(enable = "sse")]
 #[inline]
 fn prefetch_run_start(rows: &[u8]) {
