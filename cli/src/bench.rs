@@ -32,11 +32,12 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use purebee_isa::{DispatchCounters, Engine, KernelProfile, ProfileSupport};
 use purebee_loader::{LoadedModel, NoContext, SessionContext};
+use purebee_rng::SplitMix64;
 use purebee_runtime::{Model, ModelError, Session};
 use serde_json::{json, Value};
 
 use crate::engine_choice::EngineArgs;
-use crate::synth::{Bytes, SplitMix64};
+use crate::synth::Bytes;
 use crate::{loading, models, CliError};
 
 /// What `bench` prints on stdout.

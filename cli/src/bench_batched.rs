@@ -18,12 +18,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use purebee_isa::Engine;
+use purebee_rng::SplitMix64;
 use purebee_runtime::batch::{BatchRows, RowOutput, RowRead, SharedCache, PAGE_SIZE};
 use purebee_runtime::{Model, ModelError};
 use serde_json::{json, Value};
 
 use crate::bench::{median, BenchError, Output};
-use crate::synth::SplitMix64;
 use crate::CliError;
 
 /// What a batched bench is asked to run.

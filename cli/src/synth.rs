@@ -43,6 +43,7 @@ use purebee_hub::{write_atomically, AtomicWriteError};
 use purebee_memory::gguf::{GgufWriteError, GgufWriter, MetaArray, MetaValue};
 use purebee_memory::quant::encode::{encode_i2_s, encode_tq1_0_row, encode_tq2_0_row, EncodeError};
 use purebee_memory::DType;
+use purebee_rng::SplitMix64;
 use purebee_runtime::tokenizer::bytes::byte_to_char;
 
 use crate::CliError;
@@ -294,11 +295,7 @@ pub fn vocabulary(n_vocab: usize) -> Vocabulary {
 
 // ---- Random values ----------------------------------------------------------------------------
 
-/// The synthetic weights' distributions, drawn from the one SplitMix64 stream
-/// (`purebee_rng`, re-exported here for the benchmark prompts).
-pub use purebee_rng::SplitMix64;
-
-/// Draws of the synthetic weights' distributions.
+/// Draws of the synthetic weights' distributions, from the one SplitMix64 stream.
 pub trait SynthDraws {
     /// An approximately standard normal value (see the implementation).
     fn normal(&mut self) -> f64;
