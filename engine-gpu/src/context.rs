@@ -47,7 +47,7 @@ pub struct GpuOptions {
     /// a binding are bound as row windows; tests set a small cap to exercise that path
     /// without allocating hundreds of megabytes.
     pub max_binding: Option<u64>,
-    /// Run the compiler's fusion pass (`fuse.rs`): fused kernels for the patterns it
+    /// Run the compiler's fusion pass (`fuse/`): fused kernels for the patterns it
     /// matches. `false` compiles every instruction to its own kernels (as does the
     /// environment variable `PUREBEE_GPU_NO_FUSE=1`); tests compare the two.
     pub fuse: bool,

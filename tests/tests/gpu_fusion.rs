@@ -1,4 +1,4 @@
-//! The GPU compiler's fusion pass (`engine-gpu/src/fuse.rs`): whole programs run fused and
+//! The GPU compiler's fusion pass (`engine-gpu/src/fuse/`): whole programs run fused and
 //! unfused, and fused against the reference engine.
 //!
 //! **Fused vs unfused GPU, bit for bit.** The fused kernels do the same float operations in

@@ -1,5 +1,5 @@
 // The FFN's activation and gating as the epilogue of the up projection's BITLINEAR or LINEAR
-// product (fuse.rs, pattern ActMulEpilogue), replacing product_store.wgsl after bitlinear.wgsl
+// product (fuse/, pattern ActMulEpilogue), replacing product_store.wgsl after bitlinear.wgsl
 // or linear.wgsl, and elementwise_ops.wgsl:
 //
 //     BITLINEAR(g, h, W_gate) ; BITLINEAR(u, h, W_up) ; ACT(g, g) ; ELEMENT_MUL(g, g, u)

@@ -7,7 +7,7 @@
 //!
 //! Bytes per call, for `rows × m`: reads `4·rows·m`, writes `4·rows`.
 //!
-//! Fused after a one-token LM head (`fuse.rs`, pattern `ArgmaxPartials`), the head's kernel
+//! Fused after a one-token LM head (`fuse/`, pattern `ArgmaxPartials`), the head's kernel
 //! does the first pass (`linear_argmax.wgsl`: one (key, index) slot per 8 rows) and
 //! [`partials`] the second: a 128256-entry vocabulary is 16032 slots for its one workgroup,
 //! not 128256 elements.
@@ -42,7 +42,7 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Argmax) -> Result<Vec<KernelCall>, Gpu
     Ok(vec![row_reduce::call(ctx, shaders, "argmax", (rows, cols), &params, vec![(1, t(a.x)), (2, t(a.out))])])
 }
 
-/// The second pass of an ARGMAX fused into its LM head (`fuse.rs`, `linear_argmax.wgsl`):
+/// The second pass of an ARGMAX fused into its LM head (`fuse/`, `linear_argmax.wgsl`):
 /// one workgroup reduces the head's `slots` (key, index) pairs in the scratch buffer
 /// [`ScratchKey::ArgmaxPartials`] to `ids[0]` (`argmax_partials`). Reads `8·slots` bytes.
 pub(crate) fn partials(ctx: &RecordCtx, ids: TensorId, slots: u64) -> Result<KernelCall, GpuError> {

@@ -7,7 +7,7 @@
 //
 // Entry points:
 // - argmax: one workgroup per row of x.
-// - argmax_partials: the second pass of a fused LM head (fuse.rs, pattern ArgmaxPartials):
+// - argmax_partials: the second pass of a fused LM head (fuse/, pattern ArgmaxPartials):
 //   one workgroup reduces the p.cols (key, index) slots that linear_argmax.wgsl wrote
 //   (two words each, in x) to out[0], by the same rule.
 

@@ -225,7 +225,7 @@ fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
 }
 
 /// Whether `combine_rounded` can round ATTENTION `a`'s output to int8 blocks as it writes
-/// it (fuse.rs, pattern AttentionRounding): consecutive rows whose positions are split (so
+/// it (fuse/, pattern AttentionRounding): consecutive rows whose positions are split (so
 /// `combine` runs) and each head holds whole blocks of [`LINEAR_ACT_BLOCK`]. (Paged rows
 /// run unfused.)
 pub(crate) fn rounds_blocks(ctx: &RecordCtx, a: &Attention) -> bool {

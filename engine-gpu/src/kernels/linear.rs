@@ -48,7 +48,7 @@
 //!   (on an H100 each cost 6.5–10.7 µs) for a re-read of a 576- or 1536-wide row per
 //!   workgroup from cache.
 //!
-//! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
+//! Fused groups (`fuse/`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
 //! (`gemv_multi`, a grid over the three weights' rows), and gate and up with the activation
 //! and the multiply (`gemv_gated`, both rows in one workgroup), each row computed by `gemv`'s
 //! (or `gemv_rows`') own code, so every output is bit-identical to the separate LINEARs'.

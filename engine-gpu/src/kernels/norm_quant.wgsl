@@ -1,4 +1,4 @@
-// RMS_NORM followed by the int8 activation rounding of its output, in one kernel (fuse.rs,
+// RMS_NORM followed by the int8 activation rounding of its output, in one kernel (fuse/,
 // pattern NormQuantization): one workgroup per row.
 //
 //     RMS_NORM(h, x, w, eps) ; BITLINEAR(·, h, ·) ...               (norm_quant)

@@ -1,5 +1,5 @@
 //! ROPE of q and k with KV_WRITE of k and v as the epilogue of the one-token q/k/v products
-//! (`rope_qkv.wgsl`; the fusion pass's `RopeEpilogue` pattern in `fuse.rs`).
+//! (`rope_qkv.wgsl`; the fusion pass's `RopeEpilogue` pattern in `fuse/`).
 //!
 //! Why: after `gemv_multi` wrote q, k and v, `rope_kv.wgsl` read them back to rotate q and
 //! k and append k and v to the caches: a dispatch of trivial work that every attention
