@@ -52,12 +52,3 @@ pub(crate) fn partials(ctx: &RecordCtx, ids: TensorId, slots: u64) -> Result<Ker
     let shaders = (Shader::Argmax, Shader::ArgmaxSubgroup);
     Ok(row_reduce::call(ctx, shaders, "argmax_partials", (1, c as usize), &params, storage))
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params { rows: u32, cols: u32, _pad0: u32, _pad1: u32 }`: 16 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 16);
-    }
-}

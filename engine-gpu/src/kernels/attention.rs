@@ -319,12 +319,6 @@ mod tests {
     use super::{heads_per_workgroup, splits, workgroup_floats, MAX_HEADS, WORKGROUP_BYTES};
 
     #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params`: twenty 4-byte fields, 80 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 80);
-    }
-
-    #[test]
     fn a_group_shares_a_workgroup_while_it_fits() {
         // The 2B model (4 query heads per kv head of 128) and SmolLM2 (3 of 64).
         assert_eq!(heads_per_workgroup(4, 128, false), Some(4));

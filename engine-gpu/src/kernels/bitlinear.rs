@@ -316,12 +316,3 @@ pub(crate) fn gated_product(
         workgroups: ctx.grid_1d(dg.params.m as usize, 1),
     }))
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in bitlinear.wgsl: sixteen u32 fields, 64 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 64);
-    }
-}

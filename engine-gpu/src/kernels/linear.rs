@@ -723,12 +723,3 @@ fn store(l: &Linear, epilogue: Option<Epilogue>) -> ((Shader, Shader), Vec<(&'st
 fn slots(m: usize) -> u64 {
     m.div_ceil(PART_ROWS as usize) as u64
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in linear.wgsl: twenty-four 4-byte fields, 96 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 96);
-    }
-}

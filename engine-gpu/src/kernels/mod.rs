@@ -15,6 +15,8 @@ pub(crate) mod kv_write;
 pub(crate) mod layout;
 pub(crate) mod linear;
 pub(crate) mod norm_quant;
+#[cfg(test)]
+mod params_layout;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod rope_kv;

@@ -107,9 +107,7 @@ pub(crate) fn items(m_q: u32, m_k: u32, m_v: u32) -> usize {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn args_match_the_wgsl_fields() {
-        // Eight u32 fields, rope_head_dim .. rope_base_param.
-        assert_eq!(std::mem::size_of::<super::RopeArgs>(), 32);
+    fn items_are_the_rotation_pairs_then_the_v_rows() {
         assert_eq!(super::items(6, 4, 4), 3 + 2 + 4);
     }
 }
