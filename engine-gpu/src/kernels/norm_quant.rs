@@ -84,6 +84,10 @@ pub(crate) fn record(
     if let Rounding::Blocks { xhat } = rounding {
         constants.push(("WRITE_XHAT", u32::from(xhat)));
     }
+    // Set only when on, so that the default pipelines are unchanged.
+    if ctx.caps.held_norm {
+        constants.push(("HELD", 1));
+    }
     Ok(Some(KernelCall {
         key: PipelineKey { shader, entry, constants },
         params: bytemuck::bytes_of(&params).to_vec(),
