@@ -34,7 +34,7 @@
 //!   floats, and Q8_0's codes as 8 or 9 whole words. With f32 activations a Q8_0 chunk cost
 //!   as many loads as an F16 one for half its bytes: the H200 read the Q8_0 LM head at 394
 //!   GB/s against the F16 head's 818.
-//!   On lavapipe (this project's 2-core VM) `tiled_int8` took SmolLM2's prefill from 2.55 to
+//!   On lavapipe (a 2-core VM) `tiled_int8` took SmolLM2's prefill from 2.55 to
 //!   5.60 t/s against `tiled` over x̂ (one dot4I8Packed where `tiled` runs four f32
 //!   multiply-adds, and no f32 decode of the weight tile); `quantize_blocks` then writes no x̂.
 //! - Otherwise (other weights) the product kernels run unchanged with `x̂` as their x: one
@@ -188,7 +188,7 @@ impl Rounding {
 /// round in all, `m · k` (a paired gate and up once): every product workgroup rounds the
 /// whole row of x (and normalizes it first after an RMS_NORM), where a rounding dispatch did
 /// it once, so this work grows with the rows times the row length. Measured on an H100
-/// (docs/benchmarks.md, fourteenth session), SmolLM2's families in ms per decode token
+/// (docs/benchmarks.md), SmolLM2's families in ms per decode token
 /// against the products plus the rounding dispatches they replace: q/k/v after the norm
 /// (960 × 576 = 553 k elements) 0.55 against 0.67, so rounding there pays; gate and up
 /// after the norm (1536 × 576 = 885 k) 0.75 against 0.69, and down (576 × 1536 = 885 k)
