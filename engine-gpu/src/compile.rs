@@ -106,11 +106,10 @@ pub(crate) fn compile(
                     other => kernels::record(&rctx, other)?,
                 };
             }
-            fuse::Unit::Quant(g) => calls[g.range().start] = fuse::record(&rctx, instructions, g)?,
+            fuse::Unit::Group(g) => calls[g.range().start] = fuse::record(&rctx, instructions, g)?,
             fuse::Unit::RopeKv { first, write_k } => {
                 calls[*first] = fuse::record_rope_kv(&rctx, instructions, *first, *write_k)?;
             }
-            fuse::Unit::Linear(g) => calls[g.range().start] = fuse::record_linear(&rctx, instructions, g)?,
             fuse::Unit::HeadArgmax { first, write_out } => {
                 calls[*first] = fuse::record_head_argmax(&rctx, instructions, *first, *write_out)?;
             }

@@ -47,7 +47,7 @@ pub struct GpuOptions {
     /// a binding are bound as row windows; tests set a small cap to exercise that path
     /// without allocating hundreds of megabytes.
     pub max_binding: Option<u64>,
-    /// Run the compiler's fusion pass (`fuse.rs`): fused kernels for the patterns it
+    /// Run the compiler's fusion pass (`fuse/`): fused kernels for the patterns it
     /// matches. `false` compiles every instruction to its own kernels (as does the
     /// environment variable `PUREBEE_GPU_NO_FUSE=1`); tests compare the two.
     pub fuse: bool,
@@ -56,11 +56,23 @@ pub struct GpuOptions {
     /// own x) on lavapipe. The environment variable `PUREBEE_GPU_KERNELS_AS_GPU=1` does the
     /// same (to count a GPU's dispatches with `bench` on lavapipe).
     pub gpu_kernels: bool,
+    /// The fused norms (`norm_quant.wgsl`) take rows of up to 32 elements per invocation in
+    /// two rounds of loads, each invocation's share held in registers, instead of their
+    /// loops: a kernel variant to compare on a GPU, off by default (the environment
+    /// variable `PUREBEE_GPU_HELD_NORM=1` turns it on). The same bits either way.
+    pub held_norm: bool,
 }
 
 impl Default for GpuOptions {
     fn default() -> GpuOptions {
-        GpuOptions { allow_cpu_adapter: true, use_subgroups: true, max_binding: None, fuse: true, gpu_kernels: false }
+        GpuOptions {
+            allow_cpu_adapter: true,
+            use_subgroups: true,
+            max_binding: None,
+            fuse: true,
+            gpu_kernels: false,
+            held_norm: false,
+        }
     }
 }
 
@@ -81,6 +93,9 @@ pub struct Capabilities {
     /// absent, and naga never sets it) and decide differently in two shaders doing the same
     /// arithmetic. False on a CPU adapter under `GpuOptions::gpu_kernels`.
     pub cpu: bool,
+    /// `GpuOptions::held_norm` (or `PUREBEE_GPU_HELD_NORM=1`): the fused norms' held-row
+    /// variant.
+    pub held_norm: bool,
 }
 
 /// An open device, its queue, and what the adapter allows.
@@ -172,6 +187,7 @@ impl GpuContext {
             min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 },
             timestamps,
             cpu: info.device_type == wgpu::DeviceType::Cpu && !gpu_kernels,
+            held_norm: options.held_norm || std::env::var("PUREBEE_GPU_HELD_NORM").is_ok_and(|v| v == "1"),
         };
         let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
         let poison_workgroup = std::env::var("PUREBEE_GPU_POISON_WORKGROUP").is_ok_and(|v| v == "1");

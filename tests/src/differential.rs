@@ -107,6 +107,16 @@ pub fn gpu_kernels_pair(portable: bool, fuse: bool) -> MutexGuard<'static, Pair>
     }))
 }
 
+/// A GPU pair whose fused norms take their held-row variant (`GpuOptions { held_norm: true,
+/// .. }`), subgroups as [`pair_for`]'s `portable` says, kernels as a GPU's when `gpu`
+/// ([`gpu_kernels_pair`]).
+pub fn held_norm_pair(portable: bool, gpu: bool) -> MutexGuard<'static, Pair> {
+    static PAIRS: [OnceLock<Mutex<Pair>>; 4] = [const { OnceLock::new() }; 4];
+    lock(PAIRS[2 * usize::from(portable) + usize::from(gpu)].get_or_init(|| {
+        new_pair(GpuOptions { held_norm: true, gpu_kernels: gpu, use_subgroups: !portable, ..GpuOptions::default() })
+    }))
+}
+
 /// [`pair`] when `portable` is false, [`portable_pair`] when it is true.
 pub fn pair_for(portable: bool) -> MutexGuard<'static, Pair> {
     if portable {

@@ -1,4 +1,4 @@
-//! The GPU compiler's fusion pass (`engine-gpu/src/fuse.rs`): whole programs run fused and
+//! The GPU compiler's fusion pass (`engine-gpu/src/fuse/`): whole programs run fused and
 //! unfused, and fused against the reference engine.
 //!
 //! **Fused vs unfused GPU, bit for bit.** The fused kernels do the same float operations in
@@ -18,7 +18,9 @@
 //! Q8_0 and Q4_1 weights, f32 and int8-block activations, random odd shapes, one token and
 //! several) with a final norm + LM head + ARGMAX; and
 //! one-token LM heads with their ARGMAX (F32, F16, Q8_0 weights, f32 or int8-block
-//! activations, `gemv_rows` and `gemv` rows, row windows, tied maxima and NaN logits).
+//! activations, `gemv_rows` and `gemv` rows, row windows, tied maxima and NaN logits). The
+//! fused norms run both ways: their loops (the default) and their held-row variant
+//! (`GpuOptions::held_norm`).
 //! Since the unfused kernels are held to the reference by the per-instruction tests, this
 //! carries their tolerances over to the fused program. That is on a driver that rounds every
 //! float operation as written (lavapipe, CI's driver); a GPU driver may contract `a·b + c`
@@ -61,8 +63,8 @@ use purebee_isa::{DType, IsaError, ParamValue, ProgramBuilder, TensorId, U32Arg}
 use purebee_memory::quant::{encode::encode_q8_0_row, QuantMatrix};
 use purebee_memory::{HostTensor, Shape};
 use purebee_tests::differential::{
-    assert_close, f32s, gpu_kernels_pair, gpu_tests_skipped, pair_for, u32s, unfused_pair, windowed_pair,
-    windowed_unfused_pair, Outputs,
+    assert_close, f32s, gpu_kernels_pair, gpu_tests_skipped, held_norm_pair, pair_for, u32s, unfused_pair,
+    windowed_pair, windowed_unfused_pair, Outputs,
 };
 use purebee_tests::rng::SplitMix64;
 
@@ -286,15 +288,17 @@ fn fused_and_unfused(
     params: &[ParamValue],
     build: &dyn Fn(&mut ProgramBuilder, &dyn Fn(&str) -> String, &[TensorId]) -> Result<Vec<TensorId>, IsaError>,
 ) -> (Outputs, Outputs, Outputs, Vec<String>, Vec<String>) {
-    fused_and_unfused_on(Kernels { portable, gpu: false }, inputs, params, build)
+    fused_and_unfused_on(Kernels { portable, gpu: false, held_norm: false }, inputs, params, build)
 }
 
-/// Which kernels an engine pair chooses: portable reductions or subgroup ones, and (`gpu`)
-/// those a GPU takes even on a CPU adapter (`GpuOptions::gpu_kernels`).
+/// Which kernels an engine pair chooses: portable reductions or subgroup ones, (`gpu`)
+/// those a GPU takes even on a CPU adapter (`GpuOptions::gpu_kernels`), and (`held_norm`, the
+/// fused side only) the fused norms' held-row variant (`GpuOptions::held_norm`).
 #[derive(Clone, Copy, Debug)]
 struct Kernels {
     portable: bool,
     gpu: bool,
+    held_norm: bool,
 }
 
 /// [`fused_and_unfused`] on the pairs that choose `kernels`.
@@ -307,8 +311,10 @@ fn fused_and_unfused_on(
 ) -> (Outputs, Outputs, Outputs, Vec<String>, Vec<String>) {
     let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let list = |g: &mut GpuEngine, p: &purebee_isa::Program| g.dispatched_kernels(p).unwrap_or_default();
-    let Kernels { portable, gpu } = kernels;
-    let (fused, reference, fk) = if gpu {
+    let Kernels { portable, gpu, held_norm } = kernels;
+    let (fused, reference, fk) = if held_norm {
+        held_norm_pair(portable, gpu).run_inspect(&inputs, params, build, list)
+    } else if gpu {
         gpu_kernels_pair(portable, true).run_inspect(&inputs, params, build, list)
     } else {
         pair_for(portable).run_inspect(&inputs, params, build, list)
@@ -379,16 +385,21 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
     #[test]
-    fn bitnet_layers_fused_equal_unfused_bit_for_bit(c in layer_case(), portable in any::<bool>()) {
+    fn bitnet_layers_fused_equal_unfused_bit_for_bit(
+        c in layer_case(),
+        portable in any::<bool>(),
+        held_norm in any::<bool>(),
+    ) {
         if gpu_tests_skipped() {
             return Ok(());
         }
         let inputs = c.inputs();
         let params = if c.runtime_pos { vec![ParamValue::U32(c.pos)] } else { vec![] };
+        let kernels = Kernels { portable, gpu: false, held_norm };
         let (fused, unfused, _, fk, uk) =
-            fused_and_unfused(portable, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
+            fused_and_unfused_on(kernels, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
         prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
-        assert_bits(&fused, &unfused, &format!("{c:?} portable={portable}"))?;
+        assert_bits(&fused, &unfused, &format!("{c:?} {kernels:?}"))?;
     }
 }
 
@@ -584,12 +595,17 @@ proptest! {
     /// Llama-style layers, the final norm, the LM head and ARGMAX, fused and unfused: the
     /// same bits, and fewer dispatches.
     #[test]
-    fn llama_layers_fused_equal_unfused_bit_for_bit(c in llama_case(), portable in any::<bool>(), gpu in any::<bool>()) {
+    fn llama_layers_fused_equal_unfused_bit_for_bit(
+        c in llama_case(),
+        portable in any::<bool>(),
+        gpu in any::<bool>(),
+        held_norm in any::<bool>(),
+    ) {
         if gpu_tests_skipped() {
             return Ok(());
         }
         let inputs = c.inputs();
-        let kernels = Kernels { portable, gpu };
+        let kernels = Kernels { portable, gpu, held_norm };
         let (fused, unfused, _, fk, uk) =
             fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
         prop_assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
@@ -609,12 +625,41 @@ fn llama_prefill_rope_kv_write_fuses_over_f16_and_f32_caches() {
         let (dtype, acts) = (DType::F16, LinearActivations::F32);
         let c = LlamaLayer { dtype, acts, n: 4, d: 96, ff: 130, vocab: 50, head_dim: 24, kv_heads: 2, pos: 5, seed };
         let inputs = c.inputs();
-        let kernels = Kernels { portable: false, gpu: false };
+        let kernels = Kernels { portable: false, gpu: false, held_norm: false };
         let (fused, unfused, _, fk, _) =
             fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
         assert_bits(&fused, &unfused, &format!("{c:?}")).unwrap_or_else(|e| panic!("{e}"));
         let rope_kv = fk.iter().filter(|k| k.ends_with(":rope_kv")).count();
         assert_eq!(rope_kv, LLAMA_LAYERS, "f16 caches: {}: {fk:?}", c.f16_caches());
+    }
+}
+
+/// Llama-style layers with rows long enough that the fused norms' invocations hold many
+/// elements (llama_case's rows are at most 384 wide: one or two words per invocation): d of
+/// 7200 (`norm_quant_blocks` holds 28 or 29 elements per invocation of 256, every one of its
+/// named vectors used; f32-decoded weights, so a last word that is partial too: 7202) and
+/// 8224 (past 32 per invocation: the looped passes), with the adapter's kernels or a GPU's,
+/// the fused norms' held-row variant on (`GpuOptions::held_norm`; the loops take these rows
+/// by default, as `norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks` checks).
+#[test]
+fn llama_layers_with_long_rows_fused_equal_unfused_bit_for_bit() {
+    if gpu_tests_skipped() {
+        return;
+    }
+    // (dtype, head_dim, heads, kv_heads): d = head_dim · heads.
+    // The kernel choices alternate over the cases (both for every case doubled this test's
+    // time on a CPU adapter).
+    let cases = [(DType::Q8_0, 32, 225, 25, true), (DType::F16, 2, 3601, 1, false), (DType::Q4_1, 32, 257, 1, true)];
+    for (dtype, head_dim, heads, kv_heads, gpu) in cases {
+        let acts = LinearActivations::Int8Blocks;
+        let d = head_dim * heads;
+        let c = LlamaLayer { dtype, acts, n: 1, d, ff: 64, vocab: 40, head_dim, kv_heads, pos: 5, seed: 11 };
+        let inputs = c.inputs();
+        let kernels = Kernels { portable: false, gpu, held_norm: true };
+        let (fused, unfused, _, fk, uk) =
+            fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
+        assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
+        assert_bits(&fused, &unfused, &format!("{c:?} {kernels:?}")).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -639,7 +684,7 @@ fn llama_layer_dispatches_are_fused() {
     for (((dtype, acts), pos), gpu, seed) in runs {
         let c = LlamaLayer { dtype, acts, n: 1, d: 128, ff: 192, vocab: 300, head_dim: 32, kv_heads: 2, pos, seed };
         let inputs = c.inputs();
-        let kernels = Kernels { portable: false, gpu };
+        let kernels = Kernels { portable: false, gpu, held_norm: false };
         let (fused, unfused, _, fk, uk) =
             fused_and_unfused_on(kernels, &inputs, &[], &|b, name, ids| c.build(b, name, ids));
         assert_bits(&fused, &unfused, "dispatch-count Llama layer").unwrap_or_else(|e| panic!("{e}"));
@@ -767,9 +812,12 @@ fn norm_and_int8_block_rounding_fuse_in_place_and_on_short_blocks() {
             }
             Ok([vec![h], ys].concat())
         };
-        for (portable, gpu) in [(false, false), (true, false), (false, true), (true, true)] {
-            let (fused, unfused, _, fk, uk) = fused_and_unfused_on(Kernels { portable, gpu }, &inputs, &[], &build);
-            let what = format!("{dtype} n={n} k={k} in place={inplace} portable={portable} gpu={gpu}");
+        // The held-row variant of the norms too (rows up to 8192 held; 8200 and 8224 looped).
+        let kernels = [(false, false, false), (true, false, false), (false, true, false), (true, true, false)];
+        for (portable, gpu, held_norm) in kernels.into_iter().chain([(false, false, true), (true, true, true)]) {
+            let (fused, unfused, _, fk, uk) =
+                fused_and_unfused_on(Kernels { portable, gpu, held_norm }, &inputs, &[], &build);
+            let what = format!("{dtype} n={n} k={k} in place={inplace} portable={portable} gpu={gpu} held={held_norm}");
             assert_bits(&fused, &unfused, &what).unwrap_or_else(|e| panic!("{e}"));
             let entry = if inplace { ":norm_quant_blocks_inplace" } else { ":norm_quant_blocks" };
             assert!(fk[0].ends_with(entry), "{what}: {fk:?}");
@@ -822,7 +870,7 @@ fn a_norm_whose_input_the_group_writes_keeps_its_dispatch() {
             Ok(vec![x, h, p])
         };
         for gpu in [false, true] {
-            let kernels = Kernels { portable: false, gpu };
+            let kernels = Kernels { portable: false, gpu, held_norm: false };
             let (fused, unfused, _, fk, _) = fused_and_unfused_on(kernels, &inputs, &[], &build);
             assert_bits(&fused, &unfused, &format!("{acts:?} {kernels:?}")).unwrap_or_else(|e| panic!("{e}"));
             let norms = fk.iter().filter(|f| f.ends_with(norm_entry)).count();
@@ -1041,16 +1089,19 @@ fn norm_quantization_matches_the_reference() {
             b.bitlinear(y, h, ids[2], None)?;
             Ok(vec![h, y])
         };
-        for portable in [false, true] {
+        // The norm's loops, and its held-row variant (GpuOptions::held_norm: rows up to 8192).
+        for (portable, held_norm) in [(false, false), (true, false), (false, true), (true, true)] {
             let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
-            let (got, want, (kernels, acts, scales)) = pair_for(portable).run_inspect(&inputs, &[], build, |g, p| {
+            let mut pair = if held_norm { held_norm_pair(portable, false) } else { pair_for(portable) };
+            let (got, want, (kernels, acts, scales)) = pair.run_inspect(&inputs, &[], build, |g, p| {
                 let k = g.dispatched_kernels(p).unwrap_or_default();
                 let a = g.read_scratch(p, ScratchKey::BitlinearActivations).expect("activations");
                 let s = g.read_scratch(p, ScratchKey::BitlinearScales).expect("scales");
                 (k, a, s)
             });
             assert_eq!(kernels.len(), 2, "{kernels:?}");
-            let what = format!("RMS_NORM+BITLINEAR n={n} d={d} in place={inplace} portable={portable}");
+            let what =
+                format!("RMS_NORM+BITLINEAR n={n} d={d} in place={inplace} portable={portable} held={held_norm}");
             let h = f32s(&got[0]);
             assert_close(&h, &f32s(&want[0]), f32::MIN_POSITIVE, rms_norm_rel(d), &what)
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -1078,19 +1129,25 @@ fn norm_quantization_matches_the_reference() {
 /// Rows long enough that the one-token products' invocations hold several code words each
 /// (layer_case's rows are at most 64 words, one per invocation of 64): d of 3328 (208 words:
 /// up to four per invocation of q, k, v, gate and up) and ff of 4352 (272 words: up to
-/// five per invocation of down).
+/// five per invocation of down). Also ff of 8192, the longest row `norm_quant` holds in
+/// registers with `GpuOptions::held_norm` (32 elements per invocation of 256, every one of
+/// its named vectors used), and 8448, past it (the looped passes), with that variant on.
 #[test]
 fn bitnet_layers_with_long_rows_fused_equal_unfused_bit_for_bit() {
     if gpu_tests_skipped() {
         return;
     }
-    for (i, dtype) in FORMATS.into_iter().enumerate() {
+    let cases = FORMATS
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, dtype)| [(i, dtype, 4352, false), (i, dtype, [8192, 8448][i % 2], true)]);
+    for (i, dtype, ff, held_norm) in cases {
         let d = 3328;
         let c = Layer {
             dtype,
             n: 1,
             d,
-            ff: 4352,
+            ff,
             head_dim: 64,
             kv_heads: d / 128,
             pos: 3,
@@ -1101,10 +1158,11 @@ fn bitnet_layers_with_long_rows_fused_equal_unfused_bit_for_bit() {
         };
         let inputs = c.inputs();
         let params = if c.runtime_pos { vec![ParamValue::U32(c.pos)] } else { vec![] };
+        let kernels = Kernels { portable: false, gpu: false, held_norm };
         let (fused, unfused, _, fk, uk) =
-            fused_and_unfused(false, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
+            fused_and_unfused_on(kernels, &inputs, &params, &|b, name, ids| c.build(b, name, ids));
         assert!(fk.len() < uk.len(), "nothing fused: {fk:?}");
-        assert_bits(&fused, &unfused, &format!("{c:?}")).unwrap_or_else(|e| panic!("{e}"));
+        assert_bits(&fused, &unfused, &format!("{c:?} {kernels:?}")).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -1276,7 +1334,7 @@ fn head_case() -> impl Strategy<Value = Head> {
 /// pattern is fused and the bits equal, and checks the logits against the reference with
 /// LINEAR's tolerance and the id exactly.
 fn check_head(c: &Head, kernels: Kernels) -> Result<(), TestCaseError> {
-    let Kernels { portable, gpu } = kernels;
+    let Kernels { portable, gpu, .. } = kernels;
     let (x, w) = c.inputs();
     let (d, vocab) = (c.d, c.vocab);
     let inputs = [
@@ -1366,7 +1424,7 @@ proptest! {
         if gpu_tests_skipped() {
             return Ok(());
         }
-        check_head(&c, Kernels { portable, gpu })?;
+        check_head(&c, Kernels { portable, gpu, held_norm: false })?;
     }
 }
 
@@ -1388,7 +1446,7 @@ fn lm_head_argmax_long_rows_windows_and_nan() {
     for (i, (dtype, acts, d, vocab, windowed, nan_x)) in cases.into_iter().enumerate() {
         let c = Head { dtype, acts, d, vocab, windowed, nan_x, seed: 40 + i as u64 };
         for (portable, gpu) in [(false, false), (true, false), (false, true)] {
-            check_head(&c, Kernels { portable, gpu }).unwrap_or_else(|e| panic!("{e}"));
+            check_head(&c, Kernels { portable, gpu, held_norm: false }).unwrap_or_else(|e| panic!("{e}"));
         }
     }
 }

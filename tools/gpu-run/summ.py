@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Summarise run.sh's bench.txt (per model and round, ours vs llama.cpp, medians in t/s) or its
-ab.txt (per model, each binary's decode and prefill in every round, and the median over
+ab.txt (per model, each variant's decode and prefill in every round, and the median over
 rounds). Both hold lines `<who> <model> <round> <json>`: `who` is `ours` or `llama` in
-bench.txt, the binary's name in ab.txt."""
+bench.txt, the variant's name in ab.txt."""
 import json, statistics, sys
 from collections import defaultdict
 
@@ -29,15 +29,15 @@ def f(x):
 
 
 def ab(path):
-    runs = defaultdict(list)  # (model, binary) -> [(round, prefill, decode)]
+    runs = defaultdict(list)  # (model, variant) -> [(round, prefill, decode)]
     for who, model, rnd, j in records(path):
         runs[(model, who)].append((rnd, ours(j, 'prefill'), ours(j, 'decode')))
-    print(f'{"model":14} {"binary":16} {"tg median":>9} {"pp median":>9}  tg / pp per round')
+    print(f'{"model":14} {"variant":24} {"tg median":>9} {"pp median":>9}  tg / pp per round')
     for (m, b), rs in sorted(runs.items()):
         tg = statistics.median([r[2] for r in rs if r[2]] or [0])
         pp = statistics.median([r[1] for r in rs if r[1]] or [0])
         per = ', '.join(f'{r[2] or 0:.1f} / {r[1] or 0:.0f}' for r in sorted(rs))
-        print(f'{m:14} {b:16} {tg:9.1f} {pp:9.1f}  {per}')
+        print(f'{m:14} {b:24} {tg:9.1f} {pp:9.1f}  {per}')
 
 
 def bench(path):

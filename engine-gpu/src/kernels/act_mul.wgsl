@@ -1,5 +1,5 @@
 // An activation and a multiply as the epilogue of the second of two BITLINEAR or LINEAR
-// products of one x (fuse.rs, pattern ActMulEpilogue), replacing product_store.wgsl after
+// products of one x (fuse/, pattern ActMulEpilogue), replacing product_store.wgsl after
 // bitlinear.wgsl or linear.wgsl, and elementwise_ops.wgsl:
 //
 //     BITLINEAR(g, h, W_g) ; BITLINEAR(u, h, W_u) ; ACT(g, g) ; ELEMENT_MUL(g, g, u)

@@ -7,7 +7,7 @@
 //!
 //! Bytes per call, for `rows × m`: reads `4·rows·m`, writes `4·rows`.
 //!
-//! Fused after a one-token LINEAR (`fuse.rs`, pattern `ArgmaxPartials`), the LINEAR's kernel
+//! Fused after a one-token LINEAR (`fuse/`, pattern `ArgmaxPartials`), the LINEAR's kernel
 //! does the first pass (`linear_argmax.wgsl`: one (key, index) slot per 8 rows) and
 //! [`partials`] the second: a 128256-entry vocabulary is 16032 slots for its one workgroup,
 //! not 128256 elements.
@@ -42,7 +42,7 @@ pub(crate) fn record(ctx: &RecordCtx, a: &Argmax) -> Result<Vec<KernelCall>, Gpu
     Ok(vec![row_reduce::call(ctx, shaders, "argmax", (rows, cols), &params, vec![(1, t(a.x)), (2, t(a.out))])])
 }
 
-/// The second pass of an ARGMAX fused into the LINEAR before it (`fuse.rs`,
+/// The second pass of an ARGMAX fused into the LINEAR before it (`fuse/`,
 /// `linear_argmax.wgsl`): one workgroup reduces the LINEAR's `slots` (key, index) pairs in
 /// the scratch buffer [`ScratchKey::ArgmaxPartials`] to `ids[0]` (`argmax_partials`). Reads
 /// `8·slots` bytes.
@@ -52,13 +52,4 @@ pub(crate) fn partials(ctx: &RecordCtx, ids: TensorId, slots: u64) -> Result<Ker
     let storage = vec![(1, Storage::Scratch(ScratchKey::ArgmaxPartials, 8 * slots)), (2, Storage::Tensor(ids, 0))];
     let shaders = (Shader::Argmax, Shader::ArgmaxSubgroup);
     Ok(row_reduce::call(ctx, shaders, "argmax_partials", (1, c as usize), &params, storage))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params { rows: u32, cols: u32, _pad0: u32, _pad1: u32 }`: 16 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 16);
-    }
 }

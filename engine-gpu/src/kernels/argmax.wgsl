@@ -7,7 +7,7 @@
 //
 // Entry points:
 // - argmax: one workgroup per row of x.
-// - argmax_partials: the second pass of an ARGMAX fused into a LINEAR (fuse.rs, pattern
+// - argmax_partials: the second pass of an ARGMAX fused into a LINEAR (fuse/, pattern
 //   ArgmaxPartials):
 //   one workgroup reduces the p.cols (key, index) slots that linear_argmax.wgsl wrote
 //   (two words each, in x) to out[0], by the same rule.

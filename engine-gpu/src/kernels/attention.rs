@@ -225,7 +225,7 @@ fn layout(ctx: &RecordCtx, a: &Attention) -> Result<Layout, GpuError> {
 }
 
 /// Whether `combine_rounded` can round ATTENTION `a`'s output to int8 blocks as it writes
-/// it (fuse.rs, pattern AttentionRounding): consecutive rows whose positions are split (so
+/// it (fuse/, pattern AttentionRounding): consecutive rows whose positions are split (so
 /// `combine` runs) and each head holds whole blocks of [`LINEAR_ACT_BLOCK`]. (Paged rows
 /// run unfused.)
 pub(crate) fn rounds_blocks(ctx: &RecordCtx, a: &Attention) -> bool {
@@ -317,12 +317,6 @@ pub(crate) fn record_with(ctx: &RecordCtx, a: &Attention, rounding: Option<bool>
 #[cfg(test)]
 mod tests {
     use super::{heads_per_workgroup, splits, workgroup_floats, MAX_HEADS, WORKGROUP_BYTES};
-
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params`: twenty 4-byte fields, 80 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 80);
-    }
 
     #[test]
     fn a_group_shares_a_workgroup_while_it_fits() {

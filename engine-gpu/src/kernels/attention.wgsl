@@ -453,7 +453,7 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
 }
 
 // combine, then the head's int8 blocks of 32 rounded into `xq`, the scratch buffer of the
-// LINEAR that reads `out` (fuse.rs, pattern AttentionRounding; act_quant.wgsl's layout,
+// LINEAR that reads `out` (fuse/, pattern AttentionRounding; act_quant.wgsl's layout,
 // x = out [n, q_width]): bit for bit what linear.wgsl's quantize_blocks computes from `out`
 // (the same values, an exact integer maximum per block, the same rounding functions).
 // Needs HD to be a multiple of ACT_BLOCK, so a head holds whole blocks.

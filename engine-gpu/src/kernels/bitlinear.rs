@@ -17,7 +17,7 @@
 //!    For `n ≥ 2` (prefill), `tiled`: 64 rows × 32 tokens per workgroup, reading the codes
 //!    `⌈n/32⌉` times and the int8 activations `⌈m/64⌉` times, writing `4nm`.
 //!
-//! The fusion pass (`fuse.rs`) reuses these pieces: one `quantize` (or `norm_quant.wgsl`)
+//! The fusion pass (`fuse/`) reuses these pieces: one `quantize` (or `norm_quant.wgsl`)
 //! for several BITLINEARs of one `x`, the products with an epilogue file in place of
 //! `product_store.wgsl` (`residual_add.wgsl`, `act_mul.wgsl`), and `bitlinear_multi.wgsl`
 //! for several one-token products in one dispatch.
@@ -315,13 +315,4 @@ pub(crate) fn gated_product(
         storage,
         workgroups: ctx.grid_1d(dg.params.m as usize, 1),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in bitlinear.wgsl: sixteen u32 fields, 64 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 64);
-    }
 }

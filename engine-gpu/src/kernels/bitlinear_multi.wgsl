@@ -1,4 +1,4 @@
-// Several BITLINEAR products of one token in one dispatch (fuse.rs, patterns MultiProduct
+// Several BITLINEAR products of one token in one dispatch (fuse/, patterns MultiProduct
 // and GatedPair), after bitlinear.wgsl (dot16, acts, act_scales, Params), a store file and
 // elementwise_ops.wgsl (unary_op, binary_op):
 //

@@ -72,12 +72,3 @@ pub(crate) fn unary(ctx: &RecordCtx, op: UnaryOp, i: &Unary) -> Result<Vec<Kerne
     };
     Ok(vec![call])
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params { n: u32, _pad0: u32, _pad1: u32, _pad2: u32 }`: 16 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 16);
-    }
-}

@@ -1,5 +1,5 @@
 //! What a fused product kernel (BITLINEAR's or LINEAR's) does with its outputs besides, or
-//! instead of, writing them: the instructions after it that the fusion pass (`fuse.rs`)
+//! instead of, writing them: the instructions after it that the fusion pass (`fuse/`)
 //! folded into it. Each variant is a WGSL file concatenated after the product kernel's.
 
 use purebee_memory::TensorId;

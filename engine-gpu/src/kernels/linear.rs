@@ -34,7 +34,7 @@
 //!   floats, and Q8_0's codes as 8 or 9 whole words. With f32 activations a Q8_0 chunk cost
 //!   as many loads as an F16 one for half its bytes: the H200 read a Q8_0 weight at 394 GB/s
 //!   against the same weight in F16 at 818.
-//!   On lavapipe (this project's 2-core VM) `tiled_int8` took a prefill of 576- and
+//!   On lavapipe (a 2-core VM) `tiled_int8` took a prefill of 576- and
 //!   1536-element rows from 2.55 to 5.60 t/s against `tiled` over x̂ (one dot4I8Packed where
 //!   `tiled` runs four f32 multiply-adds, and no f32 decode of the weight tile);
 //!   `quantize_blocks` then writes no x̂.
@@ -49,7 +49,7 @@
 //!   275 dispatches (on an H100 each cost 6.5–10.7 µs) for a re-read of a 576- or
 //!   1536-wide row per workgroup from cache.
 //!
-//! Fused groups (`fuse.rs`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
+//! Fused groups (`fuse/`) add `linear_multi.wgsl`: q, k and v of one token in one dispatch
 //! (`gemv_multi`, a grid over the three weights' rows), and two products of one x with an
 //! activation and a multiply as their epilogue (`gemv_gated`, both rows in one workgroup),
 //! each row computed by `gemv`'s (or `gemv_rows`') own code, so every output is
@@ -725,13 +725,4 @@ fn store(l: &Linear, epilogue: Option<Epilogue>) -> ((Shader, Shader), Vec<(&'st
 /// The (key, index) slots of an ARGMAX-fused LINEAR of `m` rows: one per [`PART_ROWS`] rows.
 fn slots(m: usize) -> u64 {
     m.div_ceil(PART_ROWS as usize) as u64
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params` in linear.wgsl: twenty-four 4-byte fields, 96 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 96);
-    }
 }

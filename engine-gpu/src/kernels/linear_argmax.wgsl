@@ -1,4 +1,4 @@
-// A one-token LINEAR with the first pass of the ARGMAX of its output (fuse.rs, pattern
+// A one-token LINEAR with the first pass of the ARGMAX of its output (fuse/, pattern
 // ArgmaxPartials), after linear.wgsl (gemv_total, rows_total) and
 // argmax_key.wgsl:
 //

@@ -1,4 +1,4 @@
-// Several one-token LINEAR products in one dispatch (fuse.rs, patterns MultiProduct and
+// Several one-token LINEAR products in one dispatch (fuse/, patterns MultiProduct and
 // GatedPair), after linear.wgsl, in place of linear_weight.wgsl; then product_store.wgsl and
 // elementwise_ops.wgsl (unary_op, binary_op). All weights have one dtype (DTYPE) and one row
 // length k, each fits one binding (no row windows), and n = 1.

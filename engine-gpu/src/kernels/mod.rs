@@ -15,6 +15,8 @@ pub(crate) mod kv_write;
 pub(crate) mod layout;
 pub(crate) mod linear;
 pub(crate) mod norm_quant;
+#[cfg(test)]
+mod params_layout;
 pub(crate) mod rms_norm;
 pub(crate) mod rope;
 pub(crate) mod rope_kv;
@@ -493,7 +495,7 @@ pub(crate) enum Storage {
 /// that one buffer. Dispatches run in order and each kernel that reads a scratch buffer
 /// reads what an earlier dispatch of the same instruction wrote (the one just before it, or
 /// for a LINEAR over several row windows, its one rounding dispatch before them all), or of
-/// the same fused group (`fuse.rs`: one quantization read by the products of every
+/// the same fused group (`fuse/`: one quantization read by the products of every
 /// BITLINEAR in the group, with no other dispatch between), so sharing one buffer between
 /// instructions is safe. Nothing is allocated when the program
 /// runs.
@@ -589,7 +591,7 @@ impl RecordCtx<'_> {
     }
 
     /// The start of consecutive rows (`RowPositions` or `CacheRows`), for the fused kernels,
-    /// which take only those (fuse.rs matches no per-row form); an error naming the fusion
+    /// which take only those (fuse/ matches no per-row form); an error naming the fusion
     /// plan otherwise.
     pub fn consecutive(&self, op: &'static str, start: Option<U32Arg>) -> Result<ArgSlot, GpuError> {
         start

@@ -1,6 +1,6 @@
 //! RMS_NORM fused with the int8 activation quantization of the BITLINEARs that read its
 //! output, or with the int8-block rounding of the LINEARs (`Int8Blocks` activations) that
-//! read it (`norm_quant.wgsl`; the fusion pass's `NormQuantization` pattern in `fuse.rs`).
+//! read it (`norm_quant.wgsl`; the fusion pass's `NormQuantization` pattern in `fuse/`).
 //!
 //! Why: in a program of ternary projections an RMS_NORM (also in place, a norm just
 //! before a projection) is often read only by BITLINEARs, which start by quantizing it.
@@ -83,6 +83,10 @@ pub(crate) fn record(
     let mut constants = vec![("WG", row_reduce::workgroup_size(cols)), ("WRITE_OUT", u32::from(write_out))];
     if let Rounding::Blocks { xhat } = rounding {
         constants.push(("WRITE_XHAT", u32::from(xhat)));
+    }
+    // Set only when on, so that the default pipelines are unchanged.
+    if ctx.caps.held_norm {
+        constants.push(("HELD", 1));
     }
     Ok(Some(KernelCall {
         key: PipelineKey { shader, entry, constants },

@@ -1,4 +1,4 @@
-// The residual TENSOR_ADD as the epilogue of a BITLINEAR or LINEAR product (fuse.rs, pattern
+// The residual TENSOR_ADD as the epilogue of a BITLINEAR or LINEAR product (fuse/, pattern
 // ResidualEpilogue), replacing product_store.wgsl after bitlinear.wgsl or linear.wgsl:
 //
 //     BITLINEAR(p, x, w) ; TENSOR_ADD(o, r, p)   (or TENSOR_ADD(o, p, r); or LINEAR(p, x, w))

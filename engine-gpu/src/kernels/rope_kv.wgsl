@@ -1,4 +1,4 @@
-// ROPE of q and k, and KV_WRITE of k and v, in one kernel (fuse.rs, pattern RopeKvWrite):
+// ROPE of q and k, and KV_WRITE of k and v, in one kernel (fuse/, pattern RopeKvWrite):
 //
 //     ROPE(q, q) ; ROPE(k, k) ; KV_WRITE(k_cache, k) ; KV_WRITE(v_cache, v)
 //

@@ -1,5 +1,5 @@
 //! ROPE of q and k with KV_WRITE of k and v as the epilogue of the one-token q/k/v products
-//! (`rope_qkv.wgsl`; the fusion pass's `RopeEpilogue` pattern in `fuse.rs`).
+//! (`rope_qkv.wgsl`; the fusion pass's `RopeEpilogue` pattern in `fuse/`).
 //!
 //! Why: after `gemv_multi` wrote q, k and v, `rope_kv.wgsl` read them back to rotate q and
 //! k and append k and v to the caches: a dispatch of trivial work that every attention
@@ -107,9 +107,7 @@ pub(crate) fn items(m_q: u32, m_k: u32, m_v: u32) -> usize {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn args_match_the_wgsl_fields() {
-        // Eight u32 fields, rope_head_dim .. rope_base_param.
-        assert_eq!(std::mem::size_of::<super::RopeArgs>(), 32);
+    fn items_are_the_rotation_pairs_then_the_v_rows() {
         assert_eq!(super::items(6, 4, 4), 3 + 2 + 4);
     }
 }

@@ -1,5 +1,5 @@
 // ROPE(q, q) ; ROPE(k, k) ; KV_WRITE(k_cache, k) ; KV_WRITE(v_cache, v) as the epilogue of the
-// one-token q/k/v products that write q, k and v (fuse.rs, pattern RopeEpilogue): the
+// one-token q/k/v products that write q, k and v (fuse/, pattern RopeEpilogue): the
 // product kernel computes both rows of a rotation pair in one workgroup (or one row group of
 // gemv_rows), rotates them in registers and writes the results where the four instructions
 // would have: q, k (unless that write is dead: WRITE_K = 0), the k cache's row `pos`, v

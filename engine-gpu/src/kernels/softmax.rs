@@ -40,12 +40,3 @@ pub(crate) fn record(ctx: &RecordCtx, s: &Softmax) -> Result<Vec<KernelCall>, Gp
     let shaders = (Shader::Softmax, Shader::SoftmaxSubgroup);
     Ok(vec![row_reduce::call(ctx, shaders, entry, (rows, cols), &params, storage)])
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params { rows: u32, cols: u32, _pad0: u32, _pad1: u32 }`: 16 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 16);
-    }
-}

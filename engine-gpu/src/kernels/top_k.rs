@@ -135,12 +135,3 @@ pub(crate) fn record(ctx: &RecordCtx, t: &TopK) -> Result<Vec<KernelCall>, GpuEr
     }
     Ok(calls)
 }
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn params_match_the_wgsl_struct_size() {
-        // `struct Params`: eight u32s, 32 bytes.
-        assert_eq!(std::mem::size_of::<super::Params>(), 32);
-    }
-}
