@@ -240,7 +240,7 @@ fn other(ids: Ids) {
     /// reads workgroup memory it never wrote reads the poison, even with zeroing on.
     #[test]
     fn a_read_before_write_reads_the_poison_on_the_device() {
-        if std::env::var("PUREBEE_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") {
+        if purebee_testenv::gpu_tests_skipped() {
             return;
         }
         let source = "

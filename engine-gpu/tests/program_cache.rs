@@ -7,8 +7,7 @@ use purebee_engine_gpu::{GpuEngine, GpuOptions, COMPILED_PROGRAMS};
 use purebee_isa::{DType, Engine, ProfileSupport, Program, ProgramBuilder, TensorId};
 
 fn engine() -> Option<GpuEngine> {
-    if std::env::var("PUREBEE_SKIP_GPU_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("PUREBEE_SKIP_GPU_TESTS=1: GPU tests NOT run");
+    if purebee_testenv::gpu_tests_skipped() {
         return None;
     }
     Some(GpuEngine::new(&GpuOptions::default()).unwrap_or_else(|e| {
