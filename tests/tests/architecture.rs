@@ -397,14 +397,7 @@ const MODEL_WORDS: [&str; 20] = [
 const MODEL_SIZES: [&str; 2] = ["2b", "135m"];
 
 /// Engine files that may use some of those words, and why.
-const MODEL_WORDS_ALLOWED: [(&str, &[&str]); 4] = [
-    // The fusion planner's comments and tests still describe the programs it fuses in a
-    // model's terms (to be reworded into instructions' terms, as the kernels' are).
-    ("engine-gpu/src/fuse/group.rs", &["gate and up", "lm head"]),
-    ("engine-gpu/src/fuse/mod.rs", &["gate/up", "gate and up", "lm head"]),
-    ("engine-gpu/src/fuse/plan.rs", &["gate and up", "lm head"]),
-    ("engine-gpu/src/fuse/tests.rs", &["ffn", "gate/up", "gate and up"]),
-];
+const MODEL_WORDS_ALLOWED: [(&str, &[&str]); 0] = [];
 
 /// Whether `word` occurs in `text` with no letter, digit or `_` on either side.
 fn contains_whole_word(text: &str, word: &str) -> bool {

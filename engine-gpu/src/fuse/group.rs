@@ -58,7 +58,7 @@ impl Rounder {
 }
 
 /// The instructions fused into the last product of a [`Group`] (a TENSOR_ADD, an
-/// activation and an ELEMENT_MUL, or the LM head's ARGMAX), as its epilogue.
+/// activation and an ELEMENT_MUL, or the ARGMAX of its output), as its epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TailPart {
     /// The last instruction absorbed.
@@ -127,12 +127,12 @@ impl Group {
         }
     }
 
-    /// Whether the group ends with the LM head's ARGMAX.
+    /// Whether the group ends with an ARGMAX of its one-token LINEAR's output.
     pub fn is_head(&self) -> bool {
         matches!(self.tail, Some(TailPart { epilogue: Epilogue::Argmax { .. }, .. }))
     }
 
-    /// The merged products carry an epilogue: gate and up ([`Pattern::GatedPair`]).
+    /// The merged products carry an epilogue: a gated pair ([`Pattern::GatedPair`]).
     pub fn is_gated_pair(&self) -> bool {
         self.merged && self.tail.is_some()
     }

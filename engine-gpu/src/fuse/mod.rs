@@ -48,7 +48,7 @@ pub(crate) enum Pattern {
     /// or the fused norm below) is computed once, into the activation scratch buffers, and
     /// every BITLINEAR's product reads it. Sound because no BITLINEAR writes its own `x`
     /// (the ISA requires `out` distinct from the inputs), so `x` is unchanged between them,
-    /// and the quantization depends on `x` alone. (q/k/v; gate/up.) Likewise consecutive
+    /// and the quantization depends on `x` alone. (Three products of one x, or two.) Likewise consecutive
     /// LINEARs with int8-block activations that read the same `x`: the first one's
     /// `quantize_blocks` fills the rounded-activation scratch buffer once for every product
     /// (LINEARs with f32 activations share nothing and stay separate unless an epilogue
@@ -61,7 +61,7 @@ pub(crate) enum Pattern {
     /// BITLINEAR's `k` is a multiple of 128). Likewise before LINEARs with int8-block
     /// activations (`norm_quant_blocks`, bit-identical to RMS_NORM then `quantize_blocks`;
     /// rows of the LINEAR's `k`, at most `norm_quant::MAX_BLOCK_ROW` long), the final norm
-    /// before an LM head and its ARGMAX included. On a GPU, when `h`'s write is dead and
+    /// before a LINEAR and its ARGMAX included. On a GPU, when `h`'s write is dead and
     /// the products are one-token INT8 ones of short rows (`linear::rounds_in_product`),
     /// the norm has no dispatch at all: each product workgroup computes the norm's scale
     /// with RMS_NORM's own code and rounds the normed blocks it multiplies (`ROUND = 2`),
@@ -80,14 +80,14 @@ pub(crate) enum Pattern {
     /// `gemv_rows`, `tiled`, every row window), which compute the same sums; needs `o` to
     /// differ from `x` and `W` (bound read-only) and 6 storage buffers per stage.
     ResidualEpilogue,
-    /// BITLINEAR(u, ·) (the last of its group: gate and up share the quantization)
+    /// BITLINEAR(u, ·) (the last of its group: both products share the quantization)
     /// immediately followed by ACT(g, g) (SILU, RELU2 or GELU, in place) and
     /// ELEMENT_MUL(g, g, u) or ELEMENT_MUL(g, u, g), `g ≠ u`: the activation and the
     /// multiply as the epilogue of u's product kernel (`act_mul.wgsl`), each element of g
     /// read and written by the one invocation that computes u's element, with the
     /// elementwise kernels' own operations (bit-identical); u is written only when that
     /// write is not dead. Needs g to differ from the weight and the output scale (bound
-    /// read-only by the product). (gate/up + RELU2 or SILU +
+    /// read-only by the product). (two products + RELU2 or SILU +
     /// ELEMENT_MUL.) Likewise after the up LINEAR (of any weight type and activations), g
     /// differing from its `x` and `W`.
     ActMulEpilogue,
@@ -123,7 +123,7 @@ pub(crate) enum Pattern {
     /// one binding, and 9 storage buffers per stage.
     GatedPair,
     /// LINEAR(y, x, W) of one token immediately followed by ARGMAX(id, y), `y` not `x`
-    /// (the LM head and greedy decoding): the product kernel also writes, per workgroup of
+    /// (a product over a vocabulary-sized output and greedy decoding): the product kernel also writes, per workgroup of
     /// 8 rows, the order key and index of their largest value (`linear_argmax.wgsl`, with
     /// gemv's or gemv_rows' arithmetic per row and argmax.wgsl's comparison), and one small
     /// dispatch (`argmax_partials`) reduces those slots to `id`, instead of ARGMAX's one
@@ -150,7 +150,7 @@ pub(crate) enum Pattern {
     /// Each product workgroup computes the norm's scale with RMS_NORM's own code (its
     /// workgroup size and reductions) and multiplies `h_i = x_i · inv · w_i`, RMS_NORM's own
     /// expression: bit-identical. Needs `h`'s write to be dead, x unwritten by the group,
-    /// rows whose RMS_NORM runs with `gemv`'s workgroup size, and no LM head after it (a
+    /// rows whose RMS_NORM runs with `gemv`'s workgroup size, and no LINEAR with an ARGMAX after it (a
     /// workgroup per vocabulary row would repeat the norm that often); otherwise the norm
     /// stays on its own (`linear::rounds_in_product`).
     NormInProduct,

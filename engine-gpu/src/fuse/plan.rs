@@ -169,7 +169,7 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
     let last = j - 1;
     let mut tail = tail_of(ctx, limits, instructions, last, &ProductOp::at(instructions, last)?.product());
     if matches!(before, Some(Before::Norm(_))) && products.len() == 1 && tail.is_none() {
-        // The final norm before the LM head (a LINEAR) and ARGMAX: the head keeps its
+        // A norm before a LINEAR and its ARGMAX: that LINEAR keeps its
         // ARGMAX pass.
         if let (Some(write_out), Some(Instruction::Argmax(a))) =
             (head_argmax_at(ctx, instructions, first), instructions.get(first + 1))
@@ -209,7 +209,7 @@ fn group_at(ctx: &RecordCtx, limits: &Limits, instructions: &[Instruction], i: u
 /// Whether the products of group `g` (LINEARs) apply its RMS_NORM themselves, the norm
 /// without a dispatch of its own ([`linear::Rounding::InProduct`]): its output unread but by
 /// them, its input unwritten by the group (the products read it while the group's kernels
-/// write their outputs), not before the LM head's ARGMAX (a workgroup per vocabulary row
+/// write their outputs), not before a LINEAR's ARGMAX (a workgroup per vocabulary row
 /// would repeat it that often), and [`linear::rounds_in_product`].
 pub(super) fn norm_in_products(ctx: &RecordCtx, instructions: &[Instruction], g: &Group) -> bool {
     let Some(n) = g.norm() else { return false };
@@ -300,7 +300,7 @@ fn mergeable(
     shape && products_alike(ctx, &ps, tail.is_some())
 }
 
-/// Whether products of one kind can share one dispatch (`gated`: as gate and up):
+/// Whether products of one kind can share one dispatch (`gated`: as the two products of a gated pair):
 /// BITLINEARs of one token, one ternary type and all or none of the output scales; LINEARs
 /// as [`linear::mergeable`] says.
 fn products_alike(ctx: &RecordCtx, ps: &[ProductOp], gated: bool) -> bool {

@@ -251,7 +251,7 @@ fn enough_storage_buffers_merge_the_products() {
 #[test]
 fn gating_and_merging_need_their_preconditions() {
     use Pattern::*;
-    // gate/up of `tokens` tokens, weight types (gate, up), an in-place activation or not.
+    // a gated pair of `tokens` tokens, weight types (g, u), an in-place activation or not.
     let build = |tokens: usize, (tg, tu): (DType, DType), in_place: bool| {
         let mut reg = Registry::new();
         let mut b = ProgramBuilder::new("p", &mut reg);
@@ -292,8 +292,8 @@ fn dead_stores_follow_the_rule() {
         .collect();
     assert_eq!(groups.len(), 8);
     let norm_writes: Vec<bool> = groups.iter().map(|g| g.norm().is_some_and(|n| n.write_out)).collect();
-    // Block 1: h dead (the FFN norm overwrites it), att dead (block 2's ADD(att) writes
-    // it), h dead, gate dead (block 2's gate BITLINEAR). Block 2: h dead (FFN norm),
+    // Block 1: h dead (the second norm overwrites it), att dead (block 2's ADD(att) writes
+    // it), h dead, gate dead (block 2's gate BITLINEAR). Block 2: h dead (second norm),
     // att kept (last write), h kept (last write), gate kept (last write).
     assert_eq!(norm_writes, [false, false, false, false, false, true, true, true]);
     let proj_writes: Vec<bool> = groups
@@ -428,20 +428,20 @@ fn a_float_block_matches_its_patterns() {
         ResidualEpilogue,
     ];
     assert_eq!(int8.patterns(), want);
-    // RMS_NORM + q/k/v, ADD(att), o + add, RMS_NORM + gate/up + act + mul, down + add.
+    // RMS_NORM + q/k/v, ADD(att), o + add, RMS_NORM + g/u + act + mul, product + add.
     assert_eq!(int8.units.len(), 5);
     // f32 activations: q, k and v share no rounding, but each applies the first norm
     // itself (the second norm overwrites h unread); the second norm writes h for the
     // last time in the program (the host may read it), so it keeps its dispatch.
     let f32 = build(LinearActivations::F32, &LIMITS, false);
     assert_eq!(f32.patterns(), [NormInProduct, ResidualEpilogue, ActMulEpilogue, ResidualEpilogue]);
-    // RMS_NORM + q, k, v; ADD(att); o + add; RMS_NORM; gate/up + act + mul; down + add.
+    // RMS_NORM + q, k, v; ADD(att); o + add; RMS_NORM; g/u + act + mul; product + add.
     assert_eq!(f32.units.len(), 6);
     // A CPU adapter's products leave every norm its own dispatch.
     let f32 = build(LinearActivations::F32, &LIMITS, true);
     assert_eq!(f32.patterns(), [ResidualEpilogue, ActMulEpilogue, ResidualEpilogue]);
     assert_eq!(f32.units.len(), 9);
-    // 16 storage buffers: q, k and v in one dispatch, gate and up in another.
+    // 16 storage buffers: q, k and v in one dispatch, g and u in another.
     let wide = Limits { max_storage_buffers: 16 };
     let int8 = build(LinearActivations::Int8Blocks, &wide, false);
     let merged: Vec<Pattern> = int8.patterns().into_iter().filter(|p| [MultiProduct, GatedPair].contains(p)).collect();
