@@ -274,7 +274,7 @@ fn gemv_tokens(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, n: usi
             }
             for (t, ys) in ys.chunks_exact(rows).enumerate() {
                 for (r, &y) in ys.iter().enumerate() {
-                    o[r * n + 4 * g + t] = y;
+                    o[r * n + tokens_kernel::MAX_TOKENS * g + t] = y;
                 }
             }
         }
