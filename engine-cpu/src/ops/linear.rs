@@ -247,16 +247,21 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut 
         tiles.resize(m * n, 0.0);
     }
     let outputs = &mut tiles[..m * n];
+    // The float kernels' token rows, once per call (not per task).
+    let (row_bytes, token_rows): (usize, Vec<&[f32]>) = match x {
+        Tokens::F32(x) if k::supports_tokens(w.dtype) => {
+            (w.dtype.row_bytes(kk).unwrap_or(0), x.chunks_exact(kk.max(1)).take(n).collect())
+        }
+        _ => (0, Vec::new()),
+    };
     pool.for_each_chunk(outputs, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
         let first = i * TILE_ROWS;
         let mut decoded = Vec::new();
         match x {
             // Float rows: each weight loaded and widened once for up to four tokens.
-            Tokens::F32(x) if k::supports_tokens(w.dtype) => {
-                let row_bytes = w.dtype.row_bytes(kk).unwrap_or(0);
-                let tokens: Vec<&[f32]> = x.chunks_exact(kk.max(1)).take(n).collect();
-                for (group, og) in tokens.chunks(k::MAX_TOKENS).zip(o.chunks_mut(k::MAX_TOKENS * rows.max(1))) {
+            Tokens::F32(_) if !token_rows.is_empty() => {
+                for (group, og) in token_rows.chunks(k::MAX_TOKENS).zip(o.chunks_mut(k::MAX_TOKENS * rows.max(1))) {
                     k::dot_rows_tokens(level, w.dtype, w.rows(first, rows), row_bytes, group, og);
                 }
             }
