@@ -1,7 +1,7 @@
 //! Writes the committed seed corpora under `corpus/<target>/` from the repository's fixtures:
 //! `cargo run --example make_corpus` (in `fuzz/`). The same fixtures give the same files.
 //!
-//! - `gguf`, `model_load`: four tiny models (llama with F32 and with Q8_0/Q4_0/Q4_1 weights,
+//! - `gguf`, `model_load`: four tiny models from `purebee-synth` (llama with F32 and with Q8_0/Q4_0/Q4_1 weights,
 //!   bitnet-b1.58 with I2_S, bitnet with F32 and sub-norms), each with a vocabulary cut from
 //!   the tiny fixtures' (its first tokens and the merges among them) and SmolLM2's chat
 //!   template; `gguf` also gets a file with every metadata type, one with a tensor of every
@@ -13,160 +13,64 @@
 //! The `program` corpus is not written here: it is a `-merge=1` of a short fuzzing run (its
 //! input is `arbitrary`'s encoding, which has no writer).
 
+use std::borrow::Cow;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use purebee_memory::gguf::{GgufFile, GgufWriter, MetaArray, MetaType, MetaValue};
-use purebee_rng::SplitMix64;
 use purebee_engine_ref::RefEngine;
+use purebee_memory::gguf::{GgufFile, GgufWriter, MetaArray, MetaType, MetaValue};
 use purebee_memory::DType;
+use purebee_rng::SplitMix64;
 use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::{LogitsRows, Model};
+use purebee_synth::{build, tensor_values, Arch, ModelShape, ModelSpec, PlannedTensor, Role, Vocabulary};
 
-/// Draws for reproducible weights, from the one SplitMix64 stream.
-trait Draws {
-    /// `n` random bytes.
-    fn bytes(&mut self, n: usize) -> Vec<u8>;
-    /// An f16 of magnitude 2^-5 .. 2^-4 with a random sign: a sane weight or block scale.
-    fn f16(&mut self) -> [u8; 2];
-}
-
-impl Draws for SplitMix64 {
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.byte()).collect()
-    }
-
-    fn f16(&mut self) -> [u8; 2] {
-        let r = self.next_u64();
-        ((0x2800 | (r & 0x3ff) | ((r >> 10) & 1) << 15) as u16).to_le_bytes()
-    }
-}
-
-/// `rows × cols` elements of `dtype`: random codes with sane scales.
-fn weights(rng: &mut SplitMix64, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
-    let n = dtype.tensor_bytes(rows, cols).expect("small tensor");
-    let mut b = rng.bytes(n);
-    let (block, scale_at) = match dtype {
-        DType::F32 | DType::BF16 => {
-            let values = (0..rows * cols).map(|_| (rng.next_u64() % 2001) as f32 / 10000.0 - 0.1);
-            return match dtype {
-                DType::F32 => values.flat_map(f32::to_le_bytes).collect(),
-                _ => values.flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes()).collect(),
-            };
-        }
-        DType::F16 => (2, 0),
-        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => (dtype.block_bytes(), 0),
-        DType::TQ1_0 | DType::TQ2_0 => (dtype.block_bytes(), dtype.block_bytes() - 2),
-        DType::I2_S => {
-            let trailer = b.len() - 32;
-            for c in b[trailer..].chunks_mut(4) {
-                c.copy_from_slice(&0.05f32.to_le_bytes());
-            }
-            return b;
-        }
-        _ => return b,
-    };
-    for chunk in b.chunks_mut(block) {
-        chunk[scale_at..scale_at + 2].copy_from_slice(&rng.f16());
-        if dtype == DType::Q4_1 {
-            chunk[2..4].copy_from_slice(&rng.f16());
-        }
-    }
-    b
-}
-
-struct Shape {
-    arch: &'static str,
-    weight: DType,
-    embd: DType,
-    output: Option<DType>,
-    d: usize,
-    layers: usize,
-    heads: usize,
-    kv_heads: usize,
-    ff: usize,
-    vocab: usize,
-    pre: &'static str,
-}
-
-/// The tokenizer keys of the tiny fixture cut to its first `n` tokens, and its template.
-fn vocabulary(w: &mut GgufWriter, tiny: &GgufFile, n: usize, pre: &str) {
+/// The tiny fixture's tokenizer cut to its first `n` tokens (and the merges among them),
+/// with its chat template (SmolLM2's).
+fn vocabulary(tiny: &GgufFile, n: usize, pre: &str) -> Vocabulary {
     let tokens = tiny.get_str_array("tokenizer.ggml.tokens").expect("tokens");
     let tokens = &tokens[..n];
     let types = tiny.get_i32_array("tokenizer.ggml.token_type").expect("types");
     let kept = |t: &str| tokens.contains(&t);
-    let merges: Vec<&str> = tiny
+    let merges = tiny
         .get_str_array("tokenizer.ggml.merges")
         .expect("merges")
         .into_iter()
         .filter(|m| m.split_once(' ').is_some_and(|(l, r)| kept(l) && kept(r) && kept(&format!("{l}{r}"))))
+        .map(str::to_string)
         .collect();
-    w.add_str("tokenizer.ggml.model", "gpt2").expect("key");
-    w.add_str("tokenizer.ggml.pre", pre).expect("key");
-    w.add_str_array("tokenizer.ggml.tokens", tokens.iter().copied()).expect("key");
-    w.add("tokenizer.ggml.token_type", MetaArray::of_i32(types[..n].iter().copied())).expect("key");
-    w.add_str_array("tokenizer.ggml.merges", merges).expect("key");
-    w.add_u32("tokenizer.ggml.bos_token_id", 0).expect("key");
-    w.add_u32("tokenizer.ggml.eos_token_id", 2).expect("key");
-    w.add_bool("tokenizer.ggml.add_bos_token", true).expect("key");
-    let template = tiny.get_str("tokenizer.chat_template").expect("template");
-    w.add_str("tokenizer.chat_template", template).expect("key");
+    Vocabulary {
+        tokens: tokens.iter().map(|t| t.to_string()).collect(),
+        types: types[..n].to_vec(),
+        merges,
+        pre: pre.to_string(),
+        bos: 0,
+        eos: 2,
+        chat_template: Some(tiny.get_str("tokenizer.chat_template").expect("template").to_string()),
+    }
 }
 
-fn model(tiny: &GgufFile, s: &Shape, seed: u64) -> Vec<u8> {
-    let mut rng = SplitMix64(seed);
-    let mut w = GgufWriter::new();
-    let a = s.arch;
-    w.add_str("general.architecture", a).expect("key");
-    for (k, v) in [
-        ("context_length", 64),
-        ("embedding_length", s.d),
-        ("block_count", s.layers),
-        ("feed_forward_length", s.ff),
-        ("attention.head_count", s.heads),
-        ("attention.head_count_kv", s.kv_heads),
-        ("rope.dimension_count", s.d / s.heads),
-        ("vocab_size", s.vocab),
-    ] {
-        w.add_u32(&format!("{a}.{k}"), v as u32).expect("key");
-    }
-    w.add_f32(&format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5).expect("key");
-    w.add_f32(&format!("{a}.rope.freq_base"), 10000.0).expect("key");
-    vocabulary(&mut w, tiny, s.vocab, s.pre);
+/// A small model: (architecture, linear, embedding and untied head types, dim, layers,
+/// heads, kv heads, ffn, vocabulary, pre-tokenizer).
+type Small = (Arch, DType, DType, Option<DType>, usize, usize, usize, usize, usize, usize, &'static str);
 
-    let kv = s.d / s.heads * s.kv_heads;
-    let mut tensor = |w: &mut GgufWriter, name: &str, dtype: DType, cols: usize, rows: usize| {
-        let bytes = weights(&mut rng, dtype, rows, cols);
-        w.add_tensor(name, dtype, &[cols as u64, rows as u64], bytes).expect("tensor");
+fn model(tiny: &GgufFile, name: &'static str, s: Small, seed: u64) -> Vec<u8> {
+    let (arch, weights, embedding, output, n_embd, n_layer, n_head, n_kv_head, n_ff, n_vocab, pre) = s;
+    let shape = ModelShape {
+        name: Cow::Borrowed(name),
+        n_vocab,
+        n_embd,
+        n_layer,
+        n_head,
+        n_kv_head,
+        n_ff,
+        n_ctx: 64,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
     };
-    let norm = |w: &mut GgufWriter, name: &str, n: usize| {
-        w.add_f32_tensor(name, &[n as u64], &vec![1.0; n]).expect("tensor");
-    };
-    tensor(&mut w, "token_embd.weight", s.embd, s.d, s.vocab);
-    let sub = a.starts_with("bitnet");
-    for l in 0..s.layers {
-        let n = |r: &str| format!("blk.{l}.{r}");
-        norm(&mut w, &n("attn_norm.weight"), s.d);
-        tensor(&mut w, &n("attn_q.weight"), s.weight, s.d, s.d);
-        tensor(&mut w, &n("attn_k.weight"), s.weight, s.d, kv);
-        tensor(&mut w, &n("attn_v.weight"), s.weight, s.d, kv);
-        if sub {
-            norm(&mut w, &n("attn_sub_norm.weight"), s.d);
-        }
-        tensor(&mut w, &n("attn_output.weight"), s.weight, s.d, s.d);
-        norm(&mut w, &n("ffn_norm.weight"), s.d);
-        tensor(&mut w, &n("ffn_gate.weight"), s.weight, s.d, s.ff);
-        tensor(&mut w, &n("ffn_up.weight"), s.weight, s.d, s.ff);
-        if sub {
-            norm(&mut w, &n("ffn_sub_norm.weight"), s.ff);
-        }
-        tensor(&mut w, &n("ffn_down.weight"), s.weight, s.ff, s.d);
-    }
-    norm(&mut w, "output_norm.weight", s.d);
-    if let Some(dtype) = s.output {
-        tensor(&mut w, "output.weight", dtype, s.d, s.vocab);
-    }
-    w.to_bytes()
+    let vocabulary = vocabulary(tiny, n_vocab, pre);
+    let spec = ModelSpec { arch, shape, weights, embedding, output, vocabulary };
+    build(&spec, seed).expect("a valid small model").to_bytes()
 }
 
 /// Every metadata value type, nested arrays included, and no tensors.
@@ -206,9 +110,10 @@ fn all_dtypes() -> Vec<u8> {
     let mut rng = SplitMix64(7);
     let mut w = GgufWriter::new();
     for dtype in purebee_memory::ALL_DTYPES.into_iter().filter(|d| d.gguf_type_id().is_some()) {
-        let cols = dtype.block_len();
-        let bytes = weights(&mut rng, dtype, 2, cols);
-        w.add_tensor(&format!("t.{}", dtype.name()), dtype, &[cols as u64, 2], bytes).expect("tensor");
+        let cols = dtype.block_len() as u64;
+        let t = PlannedTensor { name: format!("t.{}", dtype.name()), dtype, ne: vec![cols, 2], role: Role::Linear };
+        let bytes = tensor_values(&t, &mut rng).expect("whole blocks");
+        w.add_tensor(&t.name, dtype, &t.ne, bytes).expect("tensor");
     }
     w.add_tensor("t.3d", DType::F32, &[2, 1, 3], vec![0; 24]).expect("tensor");
     w.to_bytes()
@@ -224,16 +129,16 @@ fn main() {
     let corpus = root.join("corpus");
     let tiny = GgufFile::open(purebee_fuzz::tiny_fixture()).expect("tiny fixture");
 
-    let shapes = [
-        ("llama_f32", Shape { arch: "llama", weight: DType::F32, embd: DType::F16, output: None, d: 8, layers: 1, heads: 2, kv_heads: 1, ff: 16, vocab: 300, pre: "smollm" }),
-        ("llama_q8_0", Shape { arch: "llama", weight: DType::Q8_0, embd: DType::Q4_0, output: Some(DType::Q4_1), d: 32, layers: 2, heads: 4, kv_heads: 2, ff: 64, vocab: 300, pre: "smollm" }),
-        ("b158_i2_s", Shape { arch: "bitnet-b1.58", weight: DType::I2_S, embd: DType::F16, output: None, d: 128, layers: 1, heads: 4, kv_heads: 2, ff: 128, vocab: 64, pre: "llama-bpe" }),
-        ("bitnet_f32", Shape { arch: "bitnet", weight: DType::F32, embd: DType::BF16, output: Some(DType::F16), d: 8, layers: 1, heads: 2, kv_heads: 2, ff: 8, vocab: 48, pre: "llama-bpe" }),
+    let shapes: [(&str, Small); 4] = [
+        ("llama_f32", (Arch::Llama, DType::F32, DType::F16, None, 8, 1, 2, 1, 16, 300, "smollm")),
+        ("llama_q8_0", (Arch::Llama, DType::Q8_0, DType::Q4_0, Some(DType::Q4_1), 32, 2, 4, 2, 64, 300, "smollm")),
+        ("b158_i2_s", (Arch::BitnetB158, DType::I2_S, DType::F16, None, 128, 1, 4, 2, 128, 64, "llama-bpe")),
+        ("bitnet_f32", (Arch::Bitnet, DType::F32, DType::BF16, Some(DType::F16), 8, 1, 2, 2, 8, 48, "llama-bpe")),
     ];
-    for (i, (name, shape)) in shapes.iter().enumerate() {
-        let bytes = model(&tiny, shape, i as u64);
+    for (i, &(name, shape)) in shapes.iter().enumerate() {
+        let bytes = model(&tiny, name, shape, i as u64);
         // Each model seed reaches the end of the `model_load` target: the forward step.
-        let f = GgufFile::from_bytes(*name, &bytes).expect("seed parses");
+        let f = GgufFile::from_bytes(name, &bytes).expect("seed parses");
         let mut m = Model::load(RefEngine::new(), &f).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut s = m.new_session(4).unwrap_or_else(|e| panic!("{name}: {e}"));
         let logits = m.forward(&mut s, &[0, 1], 0, LogitsRows::All).unwrap_or_else(|e| panic!("{name}: {e}"));
