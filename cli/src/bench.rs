@@ -37,6 +37,7 @@ use purebee_runtime::{Model, ModelError, Session};
 use serde_json::{json, Value};
 
 use crate::engine_choice::EngineArgs;
+use crate::spec_args::SpecArgs;
 use crate::synth::Bytes;
 use crate::{loading, models, CliError};
 
@@ -90,6 +91,17 @@ pub struct BenchArgs {
     /// timestamp queries; CPU engine: wall time per instruction family).
     #[arg(long)]
     pub profile: bool,
+    /// Row counts of verify passes to time against a decode step (each row's logits read,
+    /// as when k − 1 drafted tokens are checked), at position -p.
+    #[arg(long = "verify-rows", value_delimiter = ',')]
+    pub verify_rows: Vec<usize>,
+    /// With --spec-type: prompts (separated by lines of `---`) to generate -n tokens from,
+    /// greedily, with and without speculation.
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Speculative decoding (with -f).
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 impl BenchArgs {
@@ -314,6 +326,28 @@ fn repetition<E: Engine>(
     Ok(m)
 }
 
+/// `bench --verify-rows` or `bench --spec-type ... -f PROMPTS`.
+fn run_spec(args: &BenchArgs, file: purebee_loader::ModelFile, out: &mut dyn Write) -> Result<(), CliError> {
+    if let Some(&bad) = args.verify_rows.iter().find(|&&k| k == 0) {
+        return Err(BenchError::Flag { flag: "--verify-rows", value: bad, reason: "a pass needs a row".into() }.into());
+    }
+    if let Some(path) = &args.file {
+        let spec = args.spec.config()?.ok_or("-f needs --spec-type (ngram-simple) to compare with plain decoding")?;
+        let prompts = crate::bench_spec::read_prompts(path)?;
+        let LoadedModel { tokenizer, template, mut model, cache: mut session, .. } =
+            loading::load(file, &args.engine, SessionContext { n_ctx: args.ctx_size })?;
+        let text = (&tokenizer, template.as_ref().ok());
+        let runs = (args.gen_len(), args.repetitions);
+        return crate::bench_spec::prompts(&mut model, &mut session, text, &prompts, &spec, runs, args.output, out);
+    }
+    let most = args.verify_rows.iter().copied().max().unwrap_or(1);
+    let n_ctx = args.ctx_size.unwrap_or(args.prompt_len() + most + 1);
+    let LoadedModel { mut model, cache: mut session, .. } =
+        loading::load(file, &args.engine, SessionContext { n_ctx: Some(n_ctx) })?;
+    let plan = (&args.verify_rows[..], args.prompt_len(), args.repetitions, args.seed);
+    crate::bench_spec::verify_rows(&mut model, &mut session, plan, args.output, out)
+}
+
 /// Runs `bench`.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let n_ctx = check_flags(args)?;
@@ -330,6 +364,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), CliError> {
             seed: args.seed,
         };
         return crate::bench_batched::run(&mut loaded.model, &model_path, &batched, args.output, out);
+    }
+    if !args.verify_rows.is_empty() || args.file.is_some() {
+        return run_spec(args, file, out);
     }
     let LoadedModel { file, mut model, cache: mut session, load_seconds, .. } =
         loading::load(file, &args.engine, SessionContext { n_ctx: Some(n_ctx) })?;

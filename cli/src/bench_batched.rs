@@ -95,6 +95,7 @@ pub fn run<E: Engine>(
                         ids: &ids[s],
                         pos: prompts[s].len() + step,
                         read: Some(RowRead::Greedy),
+                        read_rows: 1,
                     })
                     .collect();
                 let outputs = model.forward_batch(&mut cache, &pass).map_err(|e| fail("decode", Box::new(e)))?;
@@ -143,22 +144,23 @@ fn prefill<E: Engine>(
                 ids: &p[fed[s]..fed[s] + n],
                 pos: fed[s],
                 read: last.then_some(RowRead::Greedy),
+                read_rows: 1,
             });
             budget -= n;
         }
         let outputs = model.forward_batch(cache, &pass).map_err(Box::new)?;
         for (r, out) in pass.iter().zip(outputs) {
             fed[r.seq] += r.ids.len();
-            if let Some(RowOutput::Greedy(t)) = out {
-                next[r.seq] = t;
+            if let Some(RowOutput::Greedy(t)) = out.last() {
+                next[r.seq] = *t;
             }
         }
     }
     Ok(next)
 }
 
-fn greedy_tokens(outputs: Vec<Option<RowOutput>>) -> Vec<u32> {
-    outputs.into_iter().map(|o| if let Some(RowOutput::Greedy(t)) = o { t } else { 0 }).collect()
+fn greedy_tokens(outputs: Vec<Vec<RowOutput>>) -> Vec<u32> {
+    outputs.iter().map(|o| if let Some(RowOutput::Greedy(t)) = o.last() { *t } else { 0 }).collect()
 }
 
 fn report<E: Engine>(

@@ -38,12 +38,18 @@ pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mu
         return Err(e.to_string().into());
     }
     let sampler = args.generation.sampler()?;
+    let speculation = args.generation.spec.config()?;
     let LoadedModel { file, tokenizer, template, model, cache: session, .. } =
         loading::load(file, &args.generation.engine, args.generation.context())?;
     args.generation.say_seed(&sampler);
     // Each answer ends at the model's end-of-turn token.
-    let opts =
-        GenerateOptions { max_new_tokens: args.generation.max_new_tokens(), ignore_eos: false, sampler, stop: None };
+    let opts = GenerateOptions {
+        max_new_tokens: args.generation.max_new_tokens(),
+        ignore_eos: false,
+        sampler,
+        stop: None,
+        speculation,
+    };
     let conversation = Conversation::new(model, session, tokenizer, template?, args.system.clone());
     if interactive {
         let setup = Setup { path: file.path(), file: &file, opts };

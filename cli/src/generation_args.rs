@@ -6,6 +6,7 @@ use purebee_loader::SessionContext;
 use purebee_runtime::sampler::SamplerConfig;
 
 use crate::engine_choice::EngineArgs;
+use crate::spec_args::SpecArgs;
 use crate::CliError;
 
 /// Sampling, context and engine flags (names as llama.cpp users know them).
@@ -47,6 +48,9 @@ pub struct GenerationArgs {
     /// The engine and its threads.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Speculative decoding.
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 impl GenerationArgs {

@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_batched;
+mod bench_spec;
 mod chat;
 mod engine_choice;
 mod generation_args;
@@ -33,6 +34,7 @@ mod quantize;
 mod repl;
 mod run;
 mod serve;
+mod spec_args;
 mod speed;
 mod synth;
 mod tokenize;

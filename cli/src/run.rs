@@ -71,6 +71,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         (None, None) => return Err("give a prompt with -p TEXT or --tokens 1,2,3".into()),
     };
     let sampler = args.generation.sampler()?;
+    let speculation = args.generation.spec.config()?;
     let LoadedModel { tokenizer, mut model, cache: mut session, .. } =
         loading::load(file, &args.generation.engine, args.generation.context())?;
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
@@ -92,6 +93,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         ignore_eos: args.ignore_eos,
         sampler,
         stop: None,
+        speculation,
     };
 
     // Control tokens (an end-of-turn marker) are not text: they are not printed.
@@ -135,6 +137,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 "text": text,
                 "prompt_tokens_per_s": g.prompt_tokens_per_s(prompt_ids.len()),
                 "decode_tokens_per_s": g.decode_tokens_per_s(),
+                "draft_tokens": g.speculation.drafted,
+                "draft_tokens_accepted": g.speculation.accepted,
             });
             writeln!(out, "{j}")?;
         }

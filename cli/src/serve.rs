@@ -15,6 +15,7 @@ use clap::Args;
 use purebee_server::ServerConfig;
 
 use crate::engine_choice::EngineArgs;
+use crate::spec_args::SpecArgs;
 use crate::{models, CliError};
 
 /// Arguments of `serve`.
@@ -64,6 +65,9 @@ pub struct ServeArgs {
     /// The engine and its threads.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Speculative decoding for every request.
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 /// Runs `serve` until SIGTERM or Ctrl-C.
@@ -92,6 +96,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         batch: args.batch_size,
         max_body_bytes: args.max_body_bytes,
         warmup: !args.no_warmup,
+        speculation: args.spec.config()?,
     };
     purebee_server::run(config)?;
     Ok(())

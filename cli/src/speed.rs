@@ -12,4 +12,14 @@ pub fn report(engine: &str, prompt: &str, n_prefilled: usize, g: &Generation) {
         "purebee-rs: engine {engine}: prompt {prompt}, {prompt_tps:.1} tokens/s; generated {} tokens, {decode_tps:.1} tokens/s ({ms_per_token:.2} ms/token)",
         g.generated.len(),
     );
+    let spec = g.speculation;
+    if spec.passes > 0 {
+        eprintln!(
+            "purebee-rs: speculation: {} verify passes, {} drafted tokens, {} accepted ({:.1} %)",
+            spec.passes,
+            spec.drafted,
+            spec.accepted,
+            100.0 * spec.acceptance()
+        );
+    }
 }

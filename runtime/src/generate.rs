@@ -4,6 +4,7 @@
 //! end-of-generation token, the token limit, the end of the context or a stop request
 //! ([`GenerateOptions::stop`]).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use purebee_isa::Engine;
 
 use crate::batch::{RowOutput, RowRead, SharedCache};
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::speculative::{accept, Draft, SpecConfig, SpecStats, Speculation};
 use crate::{LogitsRows, Model, ModelError, PendingToken, Session};
 
 /// What to generate.
@@ -29,6 +31,8 @@ pub struct GenerateOptions {
     /// generation after the first token. What was generated stays valid (the KV cache
     /// holds every id but the last, as after any stop).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Speculative decoding by n-gram lookup; `None`: plain decoding.
+    pub speculation: Option<SpecConfig>,
 }
 
 /// Why generation stopped.
@@ -59,6 +63,8 @@ pub struct Generation {
     pub prefill_time: Duration,
     /// Time of the decode steps (every token after the first).
     pub decode_time: Duration,
+    /// Drafted and accepted tokens, when speculating.
+    pub speculation: SpecStats,
 }
 
 impl Generation {
@@ -119,6 +125,17 @@ pub struct Generator {
     logprobs: Option<usize>,
     /// The log-probabilities of the last sampled token's step.
     last_logprobs: Option<TokenLogprobs>,
+    /// Speculative decoding, when on.
+    spec: Option<Speculation>,
+    /// The draft the next verify pass checks, and that pass's ids: the last sampled token,
+    /// then the draft (empty: the next step is a plain one).
+    draft: Draft,
+    verify_ids: Vec<u32>,
+    /// Tokens a verify pass decided that the caller has not taken yet, in order.
+    ready: VecDeque<u32>,
+    /// The most tokens the caller will take (drafts never go past it), and how many it took.
+    max_tokens: Option<usize>,
+    taken: usize,
 }
 
 /// The log-probabilities of one generated token under the model's raw distribution (the
@@ -194,9 +211,11 @@ pub struct NextRows<'a> {
     pub ids: &'a [u32],
     /// The position of the first.
     pub pos: usize,
-    /// What the sampler needs of the last row's logits; `None` for a prefill chunk that is
+    /// What the sampler needs of the last rows' logits; `None` for a prefill chunk that is
     /// not the prompt's last.
     pub read: Option<RowRead>,
+    /// How many of the last rows are read: 1, or a verify pass's every row.
+    pub read_rows: usize,
 }
 
 impl Generator {
@@ -254,7 +273,35 @@ impl Generator {
             last_token: [0],
             logprobs: None,
             last_logprobs: None,
+            spec: None,
+            draft: Draft::default(),
+            verify_ids: Vec::new(),
+            ready: VecDeque::new(),
+            max_tokens: None,
+            taken: 0,
         })
+    }
+
+    /// Decodes speculatively with `spec` (module [`crate::speculative`]): each step may give
+    /// several tokens, which [`Generator::step`] then hands out one at a time (and a batched
+    /// pass through [`Generator::finish_rows`] and [`Generator::next_ready`]). Under greedy
+    /// sampling the tokens are those of plain decoding; under sampling they follow the
+    /// same distribution. Log-probabilities are not reported for speculated tokens.
+    pub fn speculate(mut self, mut spec: Speculation) -> Generator {
+        spec.history = self.prompt.clone();
+        self.spec = Some(spec);
+        self
+    }
+
+    /// The most tokens the caller will take: no draft reaches past them.
+    pub fn max_tokens(mut self, max: Option<usize>) -> Generator {
+        self.max_tokens = max;
+        self
+    }
+
+    /// Drafted and accepted tokens so far (zero when not speculating).
+    pub fn spec_stats(&self) -> SpecStats {
+        self.spec.as_ref().map_or_else(SpecStats::default, |s| s.stats)
     }
 
     /// How the prompt is prefilled.
@@ -311,7 +358,57 @@ impl Generator {
 
     /// Whether a context of `n_ctx` positions has room to run the last sampled token.
     pub fn has_room_for(&self, n_ctx: usize) -> bool {
-        self.last.is_none_or(|(_, pos)| pos < n_ctx)
+        !self.ready.is_empty() || self.last.is_none_or(|(_, pos)| pos < n_ctx)
+    }
+
+    /// A token a verify pass decided that the caller has not taken yet (after
+    /// [`Generator::finish_rows`] gave the first).
+    pub fn next_ready(&mut self) -> Option<u32> {
+        let t = self.ready.pop_front()?;
+        self.taken += 1;
+        Some(t)
+    }
+
+    /// Drafts the tokens the next pass verifies, when speculating, decoding, with no
+    /// decided token left to hand out, and `allowed` (a batched pass may forbid it while
+    /// other sequences decode). The draft never reaches past the context of `n_ctx`
+    /// positions or the token limit. Errors: the drafter's.
+    pub fn prepare_draft(&mut self, n_ctx: usize, allowed: bool) -> Result<(), ModelError> {
+        self.draft = Draft::default();
+        self.verify_ids.clear();
+        let (Some(spec), Some((token, pos))) = (self.spec.as_mut(), self.last) else { return Ok(()) };
+        if !allowed || !self.ready.is_empty() || self.logprobs.is_some() {
+            return Ok(());
+        }
+        // Rows pos..=pos+k must fit the context; k + 1 tokens must fit the limit.
+        let context_room = n_ctx.saturating_sub(pos + 1);
+        let limit_room = self.max_tokens.map_or(usize::MAX, |m| m.saturating_sub(self.taken + 1));
+        let draft = spec.next_draft(context_room.min(limit_room))?;
+        if !draft.tokens.is_empty() {
+            self.verify_ids.push(token);
+            self.verify_ids.extend_from_slice(&draft.tokens);
+            self.draft = draft;
+        }
+        Ok(())
+    }
+
+    /// Takes what a verify pass read of its rows: keeps the accepted drafted tokens and the
+    /// model's next one (the first is returned, the rest wait in `ready`).
+    fn finish_verify(&mut self, rows: &[RowOutput]) -> Option<u32> {
+        let (_, pos) = self.last?;
+        let draft = std::mem::take(&mut self.draft);
+        self.verify_ids.clear();
+        let kept = accept(&mut self.sampler, &draft, rows);
+        let last = *kept.last()?;
+        if let Some(spec) = self.spec.as_mut() {
+            spec.record(draft.tokens.len(), kept.len() - 1);
+            spec.history.extend_from_slice(&kept);
+        }
+        self.last_logprobs = None;
+        self.last = Some((last, pos + kept.len()));
+        self.last_token = [last];
+        self.ready.extend(&kept);
+        self.next_ready()
     }
 
     /// The rows of this generation's next step in a batched pass: the last sampled token,
@@ -319,7 +416,11 @@ impl Generator {
     /// generator's own chunk size, unless it is the prompt's rest and fits).
     pub fn next_rows<E: Engine>(&self, model: &Model<E>, max_rows: usize) -> NextRows<'_> {
         if let Some((_, pos)) = self.last {
-            return NextRows { ids: &self.last_token, pos, read: Some(self.read_kind(model)) };
+            if !self.verify_ids.is_empty() {
+                let read_rows = self.verify_ids.len();
+                return NextRows { ids: &self.verify_ids, pos, read: Some(self.read_kind(model)), read_rows };
+            }
+            return NextRows { ids: &self.last_token, pos, read: Some(self.read_kind(model)), read_rows: 1 };
         }
         let remaining = self.prompt.len() - self.prefilled;
         let chunk = match self.prefill {
@@ -332,17 +433,23 @@ impl Generator {
             largest_power_of_two_at_most(remaining.min(chunk).min(max_rows).max(1))
         };
         let read = (n == remaining).then(|| self.read_kind(model));
-        NextRows { ids: &self.prompt[self.prefilled..self.prefilled + n], pos: self.prefilled, read }
+        NextRows { ids: &self.prompt[self.prefilled..self.prefilled + n], pos: self.prefilled, read, read_rows: 1 }
     }
 
     /// Takes the result of a batched pass that ran [`Generator::next_rows`]'s `n` rows:
-    /// the sampled token when those rows ended the prompt or were a decode step (`output`
-    /// is then what they asked to read), else `None`.
-    pub fn finish_rows(&mut self, n: usize, output: Option<RowOutput>) -> Option<u32> {
+    /// the sampled token when those rows ended the prompt or were a decode step (`outputs`
+    /// is then what they asked to read of their last `read_rows` rows), else `None`. A
+    /// verify pass may decide several tokens: the first is returned,
+    /// [`Generator::next_ready`] gives the others.
+    pub fn finish_rows(&mut self, n: usize, outputs: Vec<RowOutput>) -> Option<u32> {
         if self.last.is_none() && self.prefilled + n < self.prompt.len() {
             self.prefilled += n;
             return None;
         }
+        if !self.verify_ids.is_empty() {
+            return self.finish_verify(&outputs);
+        }
+        let output = outputs.into_iter().last();
         let pos = self.last.map_or(self.prefilled, |(_, pos)| pos);
         let top = self.logprobs;
         let (token, logprobs) = match output? {
@@ -400,6 +507,10 @@ impl Generator {
     /// `token` was sampled; it runs next at `pos`.
     fn took(&mut self, token: u32, pos: usize) {
         self.prefilled = self.prompt.len();
+        self.taken += 1;
+        if let Some(spec) = self.spec.as_mut() {
+            spec.history.push(token);
+        }
         self.sampler.accept(token);
         self.last = Some((token, pos));
         self.last_token = [token];
@@ -412,8 +523,19 @@ impl Generator {
     pub fn step<E: Engine>(&mut self, model: &mut Model<E>, session: &mut Session) -> Result<Option<u32>, ModelError> {
         // The ids to run borrow the prompt or this one-token buffer: nothing is allocated
         // per step.
+        if let Some(token) = self.next_ready() {
+            return Ok(Some(token));
+        }
         if let Some((token, pos)) = self.last {
-            if self.sampler.config().is_plain_greedy() && model.engine().reads_overlap() {
+            if self.spec.is_some() {
+                self.prepare_draft(session.n_ctx(), true)?;
+                if !self.verify_ids.is_empty() {
+                    let ids = std::mem::take(&mut self.verify_ids);
+                    let rows = model.forward_rows(session, &ids, pos, self.read_kind(model));
+                    self.verify_ids = ids;
+                    return Ok(self.finish_verify(&rows?));
+                }
+            } else if self.sampler.config().is_plain_greedy() && model.engine().reads_overlap() {
                 return self.step_ahead(model, session, token, pos).map(Some);
             }
         }
@@ -535,7 +657,10 @@ pub fn generate_reusing_cache<E: Engine>(
     is_eog: impl Fn(u32) -> bool,
     mut on_token: impl FnMut(u32),
 ) -> Result<Generation, ModelError> {
-    let mut generator = Generator::new(session, context, opts.sampler.clone())?;
+    let mut generator = Generator::new(session, context, opts.sampler.clone())?.max_tokens(Some(opts.max_new_tokens));
+    if let Some(spec) = &opts.speculation {
+        generator = generator.speculate(spec.ngram());
+    }
     let reused_tokens = generator.reused();
     let mut generated = Vec::new();
     if opts.max_new_tokens == 0 {
@@ -545,6 +670,7 @@ pub fn generate_reusing_cache<E: Engine>(
             reused_tokens,
             prefill_time: Duration::ZERO,
             decode_time: Duration::ZERO,
+            speculation: SpecStats::default(),
         });
     }
     let start = Instant::now();
@@ -572,7 +698,8 @@ pub fn generate_reusing_cache<E: Engine>(
         }
         token = generator.step(model, session)?.ok_or(ModelError::NoTokens)?;
     };
-    Ok(Generation { generated, stop, reused_tokens, prefill_time, decode_time: start.elapsed() })
+    let speculation = generator.spec_stats();
+    Ok(Generation { generated, stop, reused_tokens, prefill_time, decode_time: start.elapsed(), speculation })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod chat;
 pub mod sampler;
+pub mod speculative;
 pub mod tokenizer;
 
 mod config;
@@ -19,6 +20,7 @@ mod error;
 mod forward;
 mod generate;
 mod model;
+mod rows;
 mod weights;
 
 pub use config::{Architecture, FfnActivation, ModelConfig};

@@ -48,9 +48,16 @@ pub struct KvCache {
 
 /// What a caller reads after a forward pass (copied, so nothing is cloned per token).
 #[derive(Clone, Copy, Debug)]
-struct Outputs {
+pub(crate) struct Outputs {
     logits: TensorId,
     argmax: TensorId,
+}
+
+impl From<Outputs> for (TensorId, TensorId) {
+    /// `(argmax, logits)`, as [`Model::read_row_outputs`] takes them.
+    fn from(o: Outputs) -> (TensorId, TensorId) {
+        (o.argmax, o.logits)
+    }
 }
 
 /// A forward pass for one batch size: its programs and tensors.
@@ -133,14 +140,14 @@ pub struct Model<E: Engine> {
 pub struct Session {
     model_id: u64,
     /// The prefix of this session's tensor names.
-    name: String,
+    pub(crate) name: String,
     kv: KvCache,
     n_ctx: usize,
     /// The model's training context (for messages).
     n_ctx_train: usize,
     forwards: HashMap<(usize, LogitsRows), Forward>,
     /// TOP_K programs by forward and `k` (at most one allocated).
-    candidates: HashMap<((usize, LogitsRows), usize), Candidates>,
+    pub(crate) candidates: HashMap<((usize, LogitsRows), usize), Candidates>,
     /// The ids at KV positions `0..ids.len()`.
     ids: Vec<u32>,
     /// The position whose id the decode pass left on the engine (its greedy token), after a
@@ -163,7 +170,7 @@ pub struct PendingToken {
 /// The ids a forward pass runs: written by the host, or the greedy token the decode pass
 /// left on the engine.
 #[derive(Clone, Copy)]
-enum Input<'a> {
+pub(crate) enum Input<'a> {
     Host(&'a [u32]),
     OnEngine,
 }
@@ -488,7 +495,7 @@ impl<E: Engine> Model<E> {
     /// pass would die of SIGBUS, so a changed file is an error naming it instead
     /// (`ModelError::Gguf(GgufError::ChangedSinceOpen)`). A truncation during the pass itself
     /// is caught by `memory`'s SIGBUS guard.
-    fn run(
+    pub(crate) fn run(
         &mut self,
         session: &mut Session,
         input: Input,
@@ -555,7 +562,11 @@ impl<E: Engine> Model<E> {
     }
 
     /// Frees a multi-token forward's tensors after use; the decode forward stays.
-    fn release_prefill(&mut self, session: &mut Session, key: (usize, LogitsRows)) -> Result<(), ModelError> {
+    pub(crate) fn release_prefill(
+        &mut self,
+        session: &mut Session,
+        key: (usize, LogitsRows),
+    ) -> Result<(), ModelError> {
         if key.0 > 1 {
             if let Some(f) = session.forwards.get_mut(&key) {
                 self.engine.execute(&f.teardown, &[])?;

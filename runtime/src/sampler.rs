@@ -192,17 +192,48 @@ impl Sampler {
     }
 
     /// The chain after the penalties, over (id, logit) candidates.
-    fn draw(&mut self, mut cand: Vec<(u32, f32)>) -> u32 {
+    fn draw(&mut self, cand: Vec<(u32, f32)>) -> u32 {
+        let dist = self.distribution_of(cand);
+        if self.config.temperature == 0.0 {
+            return dist.first().map_or(0, |c| c.0);
+        }
+        self.draw_from(&dist)
+    }
+
+    /// The distribution [`Sampler::sample`] draws the next token from, after the penalties
+    /// of the recent window, top-k, top-p, min-p and temperature: (id, probability) in rank
+    /// order, probabilities summing to 1. Greedy gives its one token with probability 1.
+    pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f64)> {
+        let mut logits = logits.to_vec();
+        for (token, count) in self.penalised() {
+            if let Some(l) = logits.get_mut(token as usize) {
+                *l = self.penalise(*l, count);
+            }
+        }
+        self.distribution_of(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect())
+    }
+
+    /// [`Sampler::distribution`] from TOP_K's candidates, exact under the same condition as
+    /// [`Sampler::sample_candidates`].
+    pub fn distribution_candidates(&self, values: &[f32], ids: &[u32]) -> Vec<(u32, f64)> {
+        let mut cand: Vec<(u32, f32)> = ids.iter().copied().zip(values.iter().copied()).collect();
+        for (token, count) in self.penalised() {
+            if let Some(c) = cand.iter_mut().find(|c| c.0 == token) {
+                c.1 = self.penalise(c.1, count);
+            }
+        }
+        self.distribution_of(cand)
+    }
+
+    /// The chain after the penalties, over (id, logit) candidates, as probabilities.
+    fn distribution_of(&self, mut cand: Vec<(u32, f32)>) -> Vec<(u32, f64)> {
         // Candidates in rank order: by logit, descending, ties (-0 == +0) by lower id.
         cand.retain(|c| !c.1.is_nan());
         cand.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then(a.0.cmp(&b.0)));
-        if self.config.temperature == 0.0 {
-            return cand.first().map_or(0, |c| c.0);
+        if self.config.temperature == 0.0 || cand.is_empty() {
+            return cand.first().map(|c| (c.0, 1.0)).into_iter().collect();
         }
         cand.truncate(self.config.top_k.max(1));
-        if cand.is_empty() {
-            return 0;
-        }
         // top-p and min-p act on the probabilities at temperature 1, as in llama.cpp.
         let probs = softmax(&cand.iter().map(|c| c.1).collect::<Vec<_>>());
         let mut keep = cand.len();
@@ -218,16 +249,31 @@ impl Sampler {
         keep = keep.min(probs.iter().take_while(|&&p| p >= threshold).count().max(1));
         cand.truncate(keep);
         let scaled: Vec<f32> = cand.iter().map(|c| c.1 / self.config.temperature).collect();
-        let probs = softmax(&scaled);
+        cand.iter().map(|c| c.0).zip(softmax(&scaled)).collect()
+    }
+
+    /// Draws a token from `dist` ((id, probability) pairs summing to 1, as
+    /// [`Sampler::distribution`] gives) with the next number of the random stream; 0 when
+    /// `dist` is empty (an all-NaN row), without drawing.
+    pub fn draw_from(&mut self, dist: &[(u32, f64)]) -> u32 {
+        if dist.is_empty() {
+            return 0;
+        }
         let r = self.rng.uniform();
         let mut cum = 0.0;
-        for (c, p) in cand.iter().zip(&probs) {
+        for &(id, p) in dist {
             cum += p;
             if r < cum {
-                return c.0;
+                return id;
             }
         }
-        cand[cand.len() - 1].0
+        dist.last().map_or(0, |c| c.0)
+    }
+
+    /// The next number of the random stream, uniform in [0, 1): for accepting a drafted
+    /// token with some probability.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.uniform()
     }
 
     /// The distinct tokens of the recent window with their counts, when a penalty is on.

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use purebee_loader::EngineSpec;
+use purebee_runtime::speculative::SpecConfig;
 
 /// The server's settings (flag names as llama-server's).
 #[derive(Clone, Debug)]
@@ -42,6 +43,10 @@ pub struct ServerConfig {
     /// off), as llama-server's warm-up: the model file's pages are read in and the first
     /// programs built before any client waits on them.
     pub warmup: bool,
+    /// Speculative decoding by n-gram lookup for every request (`--spec-type
+    /// ngram-simple`); clients see the same API. A slot speculates only while it is the
+    /// one busy slot, so that drafts never cost other clients' passes.
+    pub speculation: Option<SpecConfig>,
 }
 
 impl ServerConfig {
@@ -62,6 +67,7 @@ impl ServerConfig {
             batch: 2048,
             max_body_bytes: 8 << 20,
             warmup: true,
+            speculation: None,
         }
     }
 

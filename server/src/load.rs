@@ -56,7 +56,9 @@ pub fn load_and_serve(
     };
     // Only this thread sets it, once.
     let _ = state.ready.set(ready);
-    Scheduler::new(loaded.model, loaded.cache, &tokenizer, commands, &state.metrics, config.pass_rows()).run();
+    let scheduler =
+        Scheduler::new(loaded.model, loaded.cache, &tokenizer, commands, &state.metrics, config.pass_rows());
+    scheduler.speculate(config.speculation.clone()).run();
     Ok(())
 }
 
@@ -80,7 +82,7 @@ fn load(config: &ServerConfig, file: ModelFile) -> Result<Loaded, ServerError> {
         // One token through every weight, then forgotten. On the 2B shape the first pass
         // after loading otherwise takes the file's page faults inside the first requests'
         // time.
-        let rows = [BatchRows { seq: 0, ids: &[0], pos: 0, read: Some(RowRead::Greedy) }];
+        let rows = [BatchRows { seq: 0, ids: &[0], pos: 0, read: Some(RowRead::Greedy), read_rows: 1 }];
         model.forward_batch(&mut cache, &rows).map_err(|e| ServerError::Warmup(Box::new(e)))?;
         cache.clear(0);
     }

@@ -38,6 +38,9 @@ pub struct Metrics {
     generated_tokens: AtomicU64,
     prompt_micros: AtomicU64,
     generation_micros: AtomicU64,
+    /// Drafted tokens a verify pass checked, and those kept.
+    drafted_tokens: AtomicU64,
+    accepted_tokens: AtomicU64,
     slots_total: AtomicUsize,
     slots_busy: AtomicUsize,
     /// Requests accepted and not finished: running or waiting.
@@ -108,6 +111,8 @@ impl Default for Metrics {
             generated_tokens: AtomicU64::new(0),
             prompt_micros: AtomicU64::new(0),
             generation_micros: AtomicU64::new(0),
+            drafted_tokens: AtomicU64::new(0),
+            accepted_tokens: AtomicU64::new(0),
             slots_total: AtomicUsize::new(0),
             slots_busy: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
@@ -164,6 +169,12 @@ impl Metrics {
     pub fn generated(&self, time: Duration) {
         self.generated_tokens.fetch_add(1, Ordering::Relaxed);
         self.generation_micros.fetch_add(time.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Adds a verify pass's drafted tokens and those it kept.
+    pub fn speculated(&self, drafted: u64, accepted: u64) {
+        self.drafted_tokens.fetch_add(drafted, Ordering::Relaxed);
+        self.accepted_tokens.fetch_add(accepted, Ordering::Relaxed);
     }
 
     /// Sets the number of slots.
@@ -272,6 +283,26 @@ impl Metrics {
             "gauge",
             "Generation throughput since start, all slots together (tokens / engine seconds).",
             &[("", rate(&self.generated_tokens, &self.generation_micros))],
+        );
+        metric(
+            "draft_tokens_total",
+            "counter",
+            "Drafted tokens checked by speculative decoding's verify passes.",
+            &[("", f(&self.drafted_tokens))],
+        );
+        metric(
+            "draft_tokens_accepted_total",
+            "counter",
+            "Drafted tokens kept (the acceptance rate is this over draft_tokens_total).",
+            &[("", f(&self.accepted_tokens))],
+        );
+        let acceptance =
+            if get(&self.drafted_tokens) == 0 { 0.0 } else { f(&self.accepted_tokens) / f(&self.drafted_tokens) };
+        metric(
+            "draft_acceptance_ratio",
+            "gauge",
+            "Accepted over drafted tokens since start (0 before any draft).",
+            &[("", acceptance)],
         );
         metric("slots_total", "gauge", "Slots (sessions).", &[("", self.slots() as f64)]);
         metric("slots_busy", "gauge", "Slots running a request.", &[("", self.busy() as f64)]);

@@ -53,9 +53,8 @@ fn bitnet_2b_plan_has_the_2b_4t_shapes_and_sizes() {
 
 #[test]
 fn tiny_model_matches_the_fixture_layout() {
-    let fixture =
-        GgufFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/bitnet-tiny/tiny_b158_i2_s.gguf"))
-            .expect("fixture");
+    let fixture = GgufFile::open(concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/bitnet-tiny/tiny_b158_i2_s.gguf"))
+        .expect("fixture");
     let planned = plan(&ModelSpec::bitnet(TINY, DType::I2_S));
     let theirs: Vec<(&str, DType, &[u64])> =
         fixture.tensors().iter().map(|t| (t.name.as_str(), t.dtype, t.ne.as_slice())).collect();
@@ -63,8 +62,9 @@ fn tiny_model_matches_the_fixture_layout() {
         planned.iter().map(|t| (t.name.as_str(), t.dtype, t.ne.as_slice())).collect();
     assert_eq!(ours, theirs);
 
-    let ours = GgufFile::from_bytes("synthetic", &build(&ModelSpec::bitnet(TINY, DType::I2_S), 7).expect("builds").to_bytes())
-        .expect("reads back");
+    let ours =
+        GgufFile::from_bytes("synthetic", &build(&ModelSpec::bitnet(TINY, DType::I2_S), 7).expect("builds").to_bytes())
+            .expect("reads back");
     // Every fixture key but the merges' content and the chat template, plus ours.
     let keys = |f: &GgufFile| f.metadata().iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
     let mut expected: Vec<String> = keys(&fixture).into_iter().filter(|k| k != "tokenizer.chat_template").collect();
@@ -80,8 +80,11 @@ fn tiny_model_matches_the_fixture_layout() {
 
 #[test]
 fn the_tokenizer_loads_and_spells_bytes() {
-    let f = GgufFile::from_bytes("synthetic", &build(&ModelSpec::bitnet(TINY, DType::TQ2_0), 1).expect("builds").to_bytes())
-        .expect("reads back");
+    let f = GgufFile::from_bytes(
+        "synthetic",
+        &build(&ModelSpec::bitnet(TINY, DType::TQ2_0), 1).expect("builds").to_bytes(),
+    )
+    .expect("reads back");
     let tok = Tokenizer::from_gguf(&f).expect("a valid gpt2 tokenizer");
     assert_eq!(tok.token_count(), 8192);
     assert_eq!((tok.bos(), tok.eos(), tok.add_bos()), (Some(256), Some(257), true));

@@ -130,5 +130,6 @@ pub fn greedy_ignoring_eos(n: usize) -> purebee_runtime::GenerateOptions {
         ignore_eos: true,
         sampler: purebee_runtime::sampler::SamplerConfig { temperature: 0.0, ..Default::default() },
         stop: None,
+        speculation: None,
     }
 }

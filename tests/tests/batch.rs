@@ -85,6 +85,7 @@ fn run_schedule<E: Engine>(
                 ids,
                 pos,
                 read: reads.then_some(RowRead::Full),
+                read_rows: 1,
             })
             .collect();
         let outputs = model.forward_batch(cache, &rows).expect("batched pass runs");
@@ -93,7 +94,7 @@ fn run_schedule<E: Engine>(
             if s.next.is_none() {
                 s.fed += ids.len();
             }
-            if let Some(RowOutput::Full(logits)) = out {
+            if let Some(RowOutput::Full(logits)) = out.into_iter().last() {
                 s.next = Some(argmax(&logits));
                 s.out.push(logits);
             }
@@ -250,7 +251,7 @@ fn pages_come_back_and_a_full_cache_is_a_typed_error() {
     assert_eq!(cache.n_ctx(), 2 * PAGE_SIZE);
     let prompt = case_ids(name, "p16", "prompt_token_ids");
     let run = |model: &mut Model<RefEngine>, cache: &mut SharedCache, seq, pos| {
-        model.forward_batch(cache, &[BatchRows { seq, ids: &prompt, pos, read: Some(RowRead::Greedy) }])
+        model.forward_batch(cache, &[BatchRows { seq, ids: &prompt, pos, read: Some(RowRead::Greedy), read_rows: 1 }])
     };
     run(&mut model, &mut cache, 0, 0).expect("first page");
     run(&mut model, &mut cache, 1, 0).expect("second page");
@@ -267,7 +268,7 @@ fn pages_come_back_and_a_full_cache_is_a_typed_error() {
     // Bad batches are refused before anything runs.
     let mut bad =
         |rows: &[BatchRows]| matches!(model.forward_batch(&mut cache, rows), Err(ModelError::BadBatch { .. }));
-    let rows = |seq, pos| BatchRows { seq, ids: &prompt[..1], pos, read: None };
+    let rows = |seq, pos| BatchRows { seq, ids: &prompt[..1], pos, read: None, read_rows: 1 };
     assert!(bad(&[rows(3, 0)]), "a sequence outside the cache");
     assert!(bad(&[rows(1, 0), rows(1, 0)]), "a sequence named twice");
     assert!(bad(&[rows(1, prompt.len() + 1)]), "a gap after what the sequence holds");

@@ -37,6 +37,7 @@ fn greedy(max_new_tokens: usize) -> GenerateOptions {
         ignore_eos: false,
         sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
         stop: None,
+        speculation: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn sampling_is_reproducible_from_a_seed() {
             seed,
         },
         stop: None,
+        speculation: None,
     };
     let a = generate(&mut model, &mut session, &prompt, &opts(42), |_| false, |_| {}).expect("generates").generated;
     let b = generate(&mut model, &mut session, &prompt, &opts(42), |_| false, |_| {}).expect("generates").generated;

@@ -59,7 +59,7 @@ fn run<E: Engine>(
         let rows: Vec<BatchRows> = active
             .iter()
             .zip(&next)
-            .map(|(&i, r)| BatchRows { seq: gens[i].seq, ids: r.ids, pos: r.pos, read: r.read })
+            .map(|(&i, r)| BatchRows { seq: gens[i].seq, ids: r.ids, pos: r.pos, read: r.read, read_rows: r.read_rows })
             .collect();
         let counts: Vec<usize> = next.iter().map(|r| r.ids.len()).collect();
         let outputs = model.forward_batch(cache, &rows).expect("batched pass");

@@ -158,6 +158,7 @@ fn check<E: Engine>(path: &std::path::Path, engine: E, acts: QuantizedActivation
             ignore_eos: false,
             sampler: SamplerConfig { temperature: 0.0, ..SamplerConfig::default() },
             stop: None,
+            speculation: None,
         };
         let g = generate(&mut model, &mut session, &c.prompt_ids, &opts, |t| tokenizer.is_eog(t), |_| {})
             .expect("generates");

@@ -1,15 +1,15 @@
 //! ATTENTION: causal grouped-query attention, f32 accumulation (the ISA allows f32 or
 //! wider, in any order).
 //!
-//! Prefill (several rows): one task per block of [`ROW_BLOCK`] query rows, every kv head in
-//! turn: the block's queries against the kv head's keys as one tile product (`dot_tile`,
-//! the LINEAR micro-kernel), the causal mask and the softmax per query row and head, then
+//! Prefill (more than [`EXACT_ROWS`] rows): one task per block of [`ROW_BLOCK`] query
+//! rows, every kv head in turn: the block's queries against the kv head's keys as one tile
+//! product (`dot_tile`, the LINEAR micro-kernel), the causal mask and the softmax per query row and head, then
 //! the weights against the values as another (over the values transposed, gathered once
 //! per task). Each key and value is read once per block instead of once per row.
 //!
-//! Decode (one row): the positions are split into parts, each a task over every kv head
-//! (each part keeps its own maximum, sum and weighted values per head, merged at the end as
-//! flash-decoding does): a task reads whole cache rows in order, and the parts balance the
+//! Decode (one row, and each row of a pass of at most [`EXACT_ROWS`]): the positions are
+//! split into parts, each a task over every kv head (each part keeps its own maximum, sum
+//! and weighted values per head, merged at the end as flash-decoding does): a task reads whole cache rows in order, and the parts balance the
 //! threads whatever the number of kv heads (3 kv heads on 2 threads). Within a part, one
 //! pass over its key rows and one over its value rows, in place and in order
 //! (`kernels/attention.rs`): the query heads that share a kv head share each load.
@@ -44,6 +44,20 @@ const PAGED_PART: usize = 256;
 
 /// Query rows per prefill task.
 const ROW_BLOCK: usize = 16;
+
+/// Passes of at most this many consecutive rows attend row by row, each as a one-row pass
+/// does (bit for bit): a pass checking drafted tokens then gives what decode steps give.
+pub(crate) const EXACT_ROWS: usize = 32;
+
+/// How a one-row pass over `positions` cache positions splits them on `threads` threads:
+/// `(parts, positions per part)`. Two parts per thread when every part gets [`MIN_PART`]
+/// positions, more when the context is long (each part a task over every kv head, so each
+/// reads whole cache rows, in order).
+fn decode_parts(positions: usize, threads: usize) -> (usize, usize) {
+    let for_threads = (2 * threads).min(positions.div_ceil(MIN_PART));
+    let splits = positions.div_ceil(SPLIT_POSITIONS).max(for_threads).max(1);
+    (splits, positions.div_ceil(splits))
+}
 
 /// Where the caches and this task's heads are.
 #[derive(Clone, Copy)]
@@ -283,21 +297,24 @@ pub(crate) fn run(e: &mut Exec, program: &Program, params: &[ParamValue], a: &At
                 return Ok(());
             }
         };
-        if n == 1 {
-            // Parts of the positions, each over every kv head (so each reads whole cache rows,
-            // in order): two per thread when every part gets MIN_PART positions, more when
-            // the context is long.
-            let positions = pos + 1;
-            let for_threads = (2 * pool.threads()).min(positions.div_ceil(MIN_PART));
-            let splits = positions.div_ceil(SPLIT_POSITIONS).max(for_threads).max(1);
-            let per = positions.div_ceil(splits);
-            let mut parts: Vec<Option<Part>> = (0..splits).map(|_| None).collect();
+        if n <= EXACT_ROWS {
+            // Each row as a one-row pass computes it (the same parts, merged the same way):
+            // a short pass (drafted tokens checked at once) gets the bits of decode steps.
+            let mut tasks = Vec::new();
+            for r in 0..n {
+                let (splits, per) = decode_parts(pos + r + 1, pool.threads());
+                tasks.extend((0..splits).map(|i| (r, (i * per).min(pos + r + 1), ((i + 1) * per).min(pos + r + 1))));
+            }
+            let mut parts: Vec<Option<Part>> = tasks.iter().map(|_| None).collect();
             pool.for_each_chunk(&mut parts, 1, &|i, p| {
-                let (t0, t1) = ((i * per).min(positions), ((i + 1) * per).min(positions));
-                p[0] = Some(attend(shape, q, (k, v), t0, t1));
+                let (r, t0, t1) = tasks[i];
+                p[0] = Some(attend(shape, &q[r * q_width..(r + 1) * q_width], (k, v), t0, t1));
             });
-            let parts: Vec<Part> = parts.into_iter().flatten().collect();
-            merge(&parts, hd, out);
+            let mut parts = parts.into_iter().flatten();
+            for (r, o) in out.chunks_exact_mut(q_width).enumerate() {
+                let row_parts: Vec<Part> = parts.by_ref().take(decode_parts(pos + r + 1, pool.threads()).0).collect();
+                merge(&row_parts, hd, o);
+            }
         } else {
             pool.for_each_chunk(out, ROW_BLOCK * q_width, &|i, o| {
                 attend_rows(shape, (q, k, v), n_kv, pos, i * ROW_BLOCK, o);

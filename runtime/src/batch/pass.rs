@@ -28,9 +28,13 @@ pub struct BatchRows<'a> {
     /// The position of the first id: at most the number of ids the sequence holds; what it
     /// held from there on is replaced.
     pub pos: usize,
-    /// What the caller reads of the last row's logits; `None` when only the KV entries
+    /// What the caller reads of the last rows' logits; `None` when only the KV entries
     /// matter (a prefill chunk before the prompt's last).
     pub read: Option<RowRead>,
+    /// How many of the last rows are read when `read` is set: 1 for a decode step or a
+    /// prompt's end; a verify pass reads every drafted row and the one before (at least 1,
+    /// at most `ids.len()`).
+    pub read_rows: usize,
 }
 
 /// What a caller reads of a row's logits.
@@ -83,7 +87,8 @@ impl BatchForward {
 
 impl<E: Engine> Model<E> {
     /// Runs the rows of several sequences of `cache` in one pass and returns, for each entry
-    /// of `rows` in order, what it asked to read of its last row's logits.
+    /// of `rows` in order, what it asked to read of each of its last `read_rows` rows'
+    /// logits (nothing for an entry that reads nothing).
     ///
     /// Errors (nothing runs): [`ModelError::NoTokens`] for an entry without ids,
     /// [`ModelError::TokenOutOfRange`], [`ModelError::BadBatch`] for a sequence outside the
@@ -96,7 +101,7 @@ impl<E: Engine> Model<E> {
         &mut self,
         cache: &mut SharedCache,
         rows: &[BatchRows],
-    ) -> Result<Vec<Option<RowOutput>>, ModelError> {
+    ) -> Result<Vec<Vec<RowOutput>>, ModelError> {
         if cache.model_id != self.id {
             return Err(ModelError::ForeignSession { session: cache.name.clone() });
         }
@@ -117,7 +122,7 @@ impl<E: Engine> Model<E> {
         }
         self.source.check()?;
         let n: usize = rows.iter().map(|r| r.ids.len()).sum();
-        let m = rows.iter().filter(|r| r.read.is_some()).count().max(1);
+        let m = rows.iter().map(|r| if r.read.is_some() { r.read_rows } else { 0 }).sum::<usize>().max(1);
         let key = (n, m);
         if cache.pages_dirty {
             self.engine.write_u32(cache.pages, &cache.page_table())?;
@@ -133,14 +138,14 @@ impl<E: Engine> Model<E> {
             f.forward.live = true;
         }
         // The ids, each row's position and sequence, and the rows whose logits are read (the
-        // last of each entry that reads; the first row when none does).
+        // last `read_rows` of each entry that reads; the first row when none does).
         let (mut ids, mut pos, mut seq, mut selected) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for r in rows {
             ids.extend_from_slice(r.ids);
             pos.extend((r.pos..r.pos + r.ids.len()).map(|p| p as u32));
             seq.extend(std::iter::repeat_n(r.seq as u32, r.ids.len()));
             if r.read.is_some() {
-                selected.push((ids.len() - 1) as u32);
+                selected.extend((ids.len() - r.read_rows..ids.len()).map(|row| row as u32));
             }
         }
         if selected.is_empty() {
@@ -197,66 +202,31 @@ impl<E: Engine> Model<E> {
             if let Some(RowRead::TopK(0) | RowRead::TopKLse(0)) = r.read {
                 return bad(format!("sequence {} asks for the top 0 logits", r.seq));
             }
+            if r.read.is_some() && !(1..=r.ids.len()).contains(&r.read_rows) {
+                return bad(format!("sequence {} reads {} of its {} rows", r.seq, r.read_rows, r.ids.len()));
+            }
         }
         Ok(())
     }
 
     /// Reads what each entry asked for from the ARGMAX and logits of the `m` selected rows
-    /// of the `(n, m)` forward: one TOP_K for every candidate read, with the rows'
-    /// log-sum-exps when one asked for them.
+    /// of the `(n, m)` forward.
     fn read_rows(
         &mut self,
         cache: &mut SharedCache,
         rows: &[BatchRows],
-        (argmax, logits): (TensorId, TensorId),
+        io: (TensorId, TensorId),
         (n, m): (usize, usize),
-    ) -> Result<Vec<Option<RowOutput>>, ModelError> {
-        let reads = || rows.iter().filter_map(|r| r.read);
-        let tokens = if reads().any(|r| r == RowRead::Greedy) { self.engine.read_u32(argmax)? } else { Vec::new() };
-        let vocab = self.config.n_vocab;
-        let k = reads()
-            .filter_map(|r| match r {
-                RowRead::TopK(k) | RowRead::TopKLse(k) => Some(k.min(vocab)),
-                _ => None,
-            })
-            .max();
-        let with_lse = reads().any(|r| matches!(r, RowRead::TopKLse(_)));
-        let (top, lse) = match k {
-            Some(k) => {
-                let prefix = format!("{}.batch{n}x{m}.top{k}{}", cache.name, if with_lse { ".lse" } else { "" });
-                let key = (n, m, k, with_lse);
-                let (values, ids, lse) =
-                    self.top_k_of(&mut cache.candidates, key, &prefix, logits, (m, k), with_lse)?;
-                (Some((values, ids)), lse)
-            }
-            None => (None, Vec::new()),
-        };
-        let full = if reads().any(|r| r == RowRead::Full) { self.engine.read_f32(logits)? } else { Vec::new() };
-        let mut out = Vec::with_capacity(rows.len());
-        let mut row = 0;
-        for r in rows {
-            let Some(read) = r.read else {
-                out.push(None);
-                continue;
-            };
-            out.push(Some(match read {
-                RowRead::Greedy => RowOutput::Greedy(tokens.get(row).copied().unwrap_or(0)),
-                RowRead::TopK(want) | RowRead::TopKLse(want) => {
-                    let (values, ids) = top.as_ref().map_or((&[][..], &[][..]), |(v, i)| (&v[..], &i[..]));
-                    let k = k.unwrap_or(0);
-                    // TOP_K's rank order makes a smaller k's result a prefix of a larger one's.
-                    let take = want.min(k);
-                    RowOutput::TopK {
-                        values: values.get(row * k..row * k + take).unwrap_or(&[]).to_vec(),
-                        ids: ids.get(row * k..row * k + take).unwrap_or(&[]).to_vec(),
-                        lse: matches!(read, RowRead::TopKLse(_)).then(|| lse.get(row).copied().unwrap_or(f32::NAN)),
-                    }
-                }
-                RowRead::Full => RowOutput::Full(full.get(row * vocab..(row + 1) * vocab).unwrap_or(&[]).to_vec()),
-            }));
-            row += 1;
-        }
-        Ok(out)
+    ) -> Result<Vec<Vec<RowOutput>>, ModelError> {
+        let reads: Vec<RowRead> =
+            rows.iter().filter_map(|r| r.read.map(|read| std::iter::repeat_n(read, r.read_rows))).flatten().collect();
+        let prefix = format!("{}.batch{n}x{m}", cache.name);
+        let mut outputs =
+            self.read_row_outputs(&mut cache.candidates, |k, lse| (n, m, k, lse), &prefix, io, &reads)?.into_iter();
+        Ok(rows
+            .iter()
+            .map(|r| if r.read.is_some() { outputs.by_ref().take(r.read_rows).collect() } else { Vec::new() })
+            .collect())
     }
 
     fn build_batch_forward(&mut self, cache: &SharedCache, n: usize, m: usize) -> Result<BatchForward, ModelError> {

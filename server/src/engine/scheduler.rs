@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use purebee_isa::Engine;
 use purebee_runtime::batch::{BatchRows, SharedCache};
+use purebee_runtime::speculative::SpecConfig;
 use purebee_runtime::tokenizer::Tokenizer;
 use purebee_runtime::Model;
 
@@ -37,6 +38,8 @@ pub struct Scheduler<'t, E: Engine> {
     pass_rows: usize,
     /// Counts admissions, for least-recently-used choice.
     clock: u64,
+    /// Speculative decoding for every request, when on.
+    speculation: Option<SpecConfig>,
 }
 
 impl<'t, E: Engine> Scheduler<'t, E> {
@@ -53,7 +56,14 @@ impl<'t, E: Engine> Scheduler<'t, E> {
         metrics.set_slots(cache.max_sequences());
         let slots = (0..cache.max_sequences()).map(Slot::new).collect();
         let pass_rows = pass_rows.max(1);
-        Scheduler { model, cache, tokenizer, slots, queue: VecDeque::new(), commands, metrics, pass_rows, clock: 0 }
+        let queue = VecDeque::new();
+        Scheduler { model, cache, tokenizer, slots, queue, commands, metrics, pass_rows, clock: 0, speculation: None }
+    }
+
+    /// Speculates for every request with `speculation` (none: plain decoding).
+    pub fn speculate(mut self, speculation: Option<SpecConfig>) -> Scheduler<'t, E> {
+        self.speculation = speculation;
+        self
     }
 
     /// Runs until a shutdown command, or until every submitter is gone; then ends every
@@ -86,8 +96,15 @@ impl<'t, E: Engine> Scheduler<'t, E> {
         for slot in &mut self.slots {
             slot.drop_if_cancelled(self.metrics);
         }
-        // Decoding slots first (one row each, never kept waiting), then prompt chunks in the
-        // rows left.
+        // A slot alone drafts for its next pass; with company it decodes plainly, so that
+        // its drafts never lengthen the others' passes.
+        let busy = self.slots.iter().filter(|s| s.is_busy()).count();
+        let n_ctx = self.cache.n_ctx();
+        for slot in &mut self.slots {
+            slot.prepare_draft(n_ctx, busy == 1, self.metrics);
+        }
+        // Decoding slots first (one row each, or a verify pass's rows; never kept waiting),
+        // then prompt chunks in the rows left.
         let mut order: Vec<usize> = (0..self.slots.len()).filter(|&i| self.slots[i].is_busy()).collect();
         order.sort_by_key(|&i| (self.slots[i].is_prefilling(), self.slots[i].last_used));
         let mut budget = self.pass_rows;
@@ -121,7 +138,7 @@ impl<'t, E: Engine> Scheduler<'t, E> {
             .filter_map(|&(i, _, n)| {
                 // The same rows as planned: `n` is what the slot asked for with the budget then.
                 let r = self.slots[i].next_rows(&self.model, n)?;
-                Some(BatchRows { seq: self.slots[i].seq, ids: r.ids, pos: r.pos, read: r.read })
+                Some(BatchRows { seq: self.slots[i].seq, ids: r.ids, pos: r.pos, read: r.read, read_rows: r.read_rows })
             })
             .collect();
         self.metrics.pass(rows.iter().map(|r| r.ids.len()).sum());
@@ -243,7 +260,7 @@ impl<'t, E: Engine> Scheduler<'t, E> {
             self.clock += 1;
             let slot = &mut self.slots[i];
             slot.last_used = self.clock;
-            slot.start(job, &self.cache, self.tokenizer, self.metrics, self.pass_rows);
+            slot.start(job, &self.cache, self.tokenizer, self.metrics, self.pass_rows, self.speculation.as_ref());
         }
     }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use purebee_isa::Engine;
 use purebee_runtime::batch::{RowOutput, SharedCache};
+use purebee_runtime::speculative::SpecConfig;
 use purebee_runtime::tokenizer::{StreamDecoder, Tokenizer};
 use purebee_runtime::{Generator, Model, ModelError, NextRows, Prefill};
 
@@ -70,9 +71,17 @@ impl<'t> Slot<'t> {
         tokenizer: &'t Tokenizer,
         metrics: &Metrics,
         prefill_chunk: usize,
+        speculation: Option<&SpecConfig>,
     ) {
         let generator = match Generator::in_shared_cache(cache, self.seq, &job.prompt, job.sampler.clone()) {
-            Ok(g) => g.prefill(Prefill::Chunks(prefill_chunk)).logprobs(job.logprobs),
+            Ok(g) => {
+                let g = g.prefill(Prefill::Chunks(prefill_chunk)).logprobs(job.logprobs).max_tokens(job.max_tokens);
+                // Log-probabilities are reported for plainly decoded tokens only.
+                match speculation {
+                    Some(spec) if job.logprobs.is_none() => g.speculate(spec.ngram()),
+                    _ => g,
+                }
+            }
             Err(e) => {
                 // The handler checked the prompt and settings; this is a last line of defence.
                 let error = match e {
@@ -121,22 +130,30 @@ impl<'t> Slot<'t> {
         self.active.as_ref().map(|a| a.generator.next_rows(model, max_rows))
     }
 
-    /// Takes what a pass that took `took` gave this slot's `n` rows (`output`: what they
-    /// asked to read), and sends the text of a new token.
-    pub fn complete(
-        &mut self,
-        n: usize,
-        output: Option<RowOutput>,
-        took: Duration,
-        cx: &Context<'_, 't>,
-        n_ctx: usize,
-    ) {
+    /// Drafts the tokens this slot's next pass verifies, when it speculates and decodes;
+    /// `allowed` is false while other slots decode, so that speculation never costs them.
+    /// A drafter's failure ends the request with a server error.
+    pub fn prepare_draft(&mut self, n_ctx: usize, allowed: bool, metrics: &Metrics) {
+        let Some(a) = self.active.as_mut() else { return };
+        if let Err(e) = a.generator.prepare_draft(n_ctx, allowed) {
+            eprintln!("purebee-rs: error: drafting failed: {e}");
+            self.fail(metrics);
+        }
+    }
+
+    /// Takes what a pass that took `took` gave this slot's `n` rows (`outputs`: what they
+    /// asked to read), and sends the text of each new token: one, or several after a verify
+    /// pass of drafted tokens.
+    pub fn complete(&mut self, n: usize, outputs: Vec<RowOutput>, took: Duration, cx: &Context<'_, 't>, n_ctx: usize) {
         let Some(a) = self.active.as_mut() else { return };
         let prefilling = !a.generator.prompt_done();
-        let Some(token) = a.generator.finish_rows(n, output) else {
+        let before = a.generator.spec_stats();
+        let Some(mut token) = a.generator.finish_rows(n, outputs) else {
             a.prompt_time += took;
             return;
         };
+        let after = a.generator.spec_stats();
+        cx.metrics.speculated(after.drafted - before.drafted, after.accepted - before.accepted);
         let now = Instant::now();
         if prefilling {
             a.prompt_time += took;
@@ -151,10 +168,30 @@ impl<'t> Slot<'t> {
             }
         }
         a.last_token = Some(now);
+        loop {
+            if !self.take_token(token, cx, n_ctx) {
+                return;
+            }
+            let Some(a) = self.active.as_mut() else { return };
+            match a.generator.next_ready() {
+                Some(next) => {
+                    // Decided by the same pass: no time of its own.
+                    cx.metrics.generated(Duration::ZERO);
+                    cx.metrics.between_tokens(Duration::ZERO);
+                    token = next;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Sends the text of one new token; false when the generation ended with it.
+    fn take_token(&mut self, token: u32, cx: &Context<'_, 't>, n_ctx: usize) -> bool {
+        let Some(a) = self.active.as_mut() else { return false };
         a.generated += 1;
         if !a.job.ignore_eos && cx.tokenizer.is_eog(token) {
             self.finish(FinishReason::Stop, cx.metrics);
-            return;
+            return false;
         }
         let decoded = a.decoder.push(token);
         if let Some(lp) = a.generator.last_logprobs() {
@@ -168,9 +205,13 @@ impl<'t> Slot<'t> {
         if pushed.stopped {
             // Whatever follows the stop string, held bytes included, is never sent.
             self.done(FinishReason::Stop, cx.metrics);
-        } else if a.job.max_tokens.is_some_and(|m| a.generated >= m) || !a.generator.has_room_for(n_ctx) {
-            self.finish(FinishReason::Length, cx.metrics);
+            return false;
         }
+        if a.job.max_tokens.is_some_and(|m| a.generated >= m) || !a.generator.has_room_for(n_ctx) {
+            self.finish(FinishReason::Length, cx.metrics);
+            return false;
+        }
+        true
     }
 
     /// The pass with this slot's rows failed: the request ends with a server error.
