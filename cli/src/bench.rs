@@ -344,7 +344,7 @@ fn run_spec(args: &BenchArgs, file: purebee_loader::ModelFile, out: &mut dyn Wri
     let n_ctx = args.ctx_size.unwrap_or(args.prompt_len() + most + 1);
     let LoadedModel { mut model, cache: mut session, .. } =
         loading::load(file, &args.engine, SessionContext { n_ctx: Some(n_ctx) })?;
-    let plan = (&args.verify_rows[..], args.prompt_len(), args.repetitions, args.seed);
+    let plan = (&args.verify_rows[..], args.prompt_len(), args.repetitions, args.seed, args.profile);
     crate::bench_spec::verify_rows(&mut model, &mut session, plan, args.output, out)
 }
 

@@ -30,7 +30,7 @@ use crate::CliError;
 pub fn verify_rows<E: Engine>(
     model: &mut Model<E>,
     session: &mut Session,
-    (rows, n_prompt, repetitions, seed): (&[usize], usize, usize, u64),
+    (rows, n_prompt, repetitions, seed, profile): (&[usize], usize, usize, u64, bool),
     output: Output,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -59,6 +59,19 @@ pub fn verify_rows<E: Engine>(
         }
     }
     let step = median(&decode);
+    if profile {
+        // One more pass of the most rows with the engine's per-kernel profile, on stderr.
+        let k = rows.iter().copied().max().unwrap_or(1);
+        model.set_profiling(true);
+        model.forward_rows(session, &ids[..k], pos, RowRead::Greedy)?;
+        let profile = model.take_profile();
+        model.set_profiling(false);
+        eprintln!("purebee-rs: profile of a verify pass of {k} rows:");
+        for f in profile {
+            let ms = f.seconds.map_or("-".to_string(), |s| format!("{:.3} ms", 1e3 * s));
+            eprintln!("purebee-rs:   {:<36} {:>5} dispatches  {ms}", f.family, f.dispatches);
+        }
+    }
     let results: Vec<Value> = rows
         .iter()
         .zip(&passes)

@@ -43,7 +43,7 @@ pub struct SpecArgs {
 /// once for all its rows, and each row adds its arithmetic. Measured with `bench
 /// --spec-rows` on 2 cores (docs/speculative.md); the pacer drafts only where the expected
 /// accepted tokens beat this cost.
-const ROW_COST: f64 = 0.15;
+const ROW_COST: f64 = 0.3;
 
 impl SpecArgs {
     /// The settings, checked; `None` for `--spec-type none`.

@@ -55,17 +55,8 @@ fn main() {
             // The same rows against int8-block activations.
             let q: Vec<i8> = (0..k).map(|i| (i * 13 % 255) as i8).map(|v| v.max(-127)).collect();
             let inv_scale = vec![0.01f32; k / 32];
-            let sum: Vec<f32> = q.chunks(32).map(|c| c.iter().map(|&v| v as f32).sum()).collect();
-            let (pl, sl) = linear_int8::pair_layout_len(k / 32);
-            let (mut pairs, mut pair_scales) = (vec![0i8; pl], vec![0f32; sl]);
-            linear_int8::pair_layout(&q, &inv_scale, &sum, &mut pairs, &mut pair_scales);
-            let a = linear_int8::Int8Row {
-                q: &q,
-                inv_scale: &inv_scale,
-                sum: &sum,
-                pairs: &pairs,
-                pair_scales: &pair_scales,
-            };
+            let buf = linear_int8::Int8RowBuf::new(q, inv_scale);
+            let a = buf.row();
             let mut out = vec![0f32; rows];
             let secs = best_of(5, || {
                 for _ in 0..reps {
@@ -77,6 +68,18 @@ fn main() {
                 "{dtype:?} {rows} rows, int8 activations: {:.2} ns/block of 32, {:.1} GB/s ({s})",
                 secs / (elems / 32.0) * 1e9,
                 (reps * rows * row_bytes) as f64 / secs / 1e9
+            );
+            // Four tokens at once: the cost per token of a block once its bytes are in cache.
+            let mut out4 = vec![0f32; 4 * rows];
+            let secs = best_of(5, || {
+                for _ in 0..reps {
+                    linear_int8::dot_rows_tokens(level, dtype, &w, &[a, a, a, a], &mut out4);
+                    s += out4[rows - 1];
+                }
+            });
+            println!(
+                "{dtype:?} {rows} rows, int8 activations, 4 tokens: {:.2} ns/block of 32 per token ({s})",
+                secs / (4.0 * elems / 32.0) * 1e9,
             );
         }
     }

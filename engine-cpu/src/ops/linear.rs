@@ -89,9 +89,12 @@ pub(crate) struct Int8Activations {
     inv_scale: Vec<f32>,
     /// `[n, blocks]`: `Σ q` per block (exact in f32).
     sum: Vec<f32>,
-    /// Each row in the AVX2 Q4 kernels' layout (`linear_int8::pair_layout`).
+    /// Each row in the AVX2 Q4 kernels' layout (`linear_int8::pair_layout`) and the
+    /// AVX-512 ones' (`linear_int8::quad_layout`).
     pairs: Vec<i8>,
     pair_scales: Vec<f32>,
+    quads: Vec<i8>,
+    quad_scales: Vec<f32>,
     /// `[n, k]`: `x̂ = q / s_b`, for the f32 kernels, filled by [`Int8Activations::dequantize`]
     /// when a kernel needs it (empty until then).
     dequantized: Vec<f32>,
@@ -113,6 +116,9 @@ impl Int8Activations {
         let (pl, sl) = k8::pair_layout_len(nb);
         self.pairs.resize(n * pl, 0);
         self.pair_scales.resize(n * sl, 0.0);
+        let (ql, qsl) = k8::quad_layout_len(nb);
+        self.quads.resize(n * ql, 0);
+        self.quad_scales.resize(n * qsl, 0.0);
         for r in 0..n {
             let q = &mut self.q[r * nb * BLOCK..][..nb * BLOCK];
             let scales = &mut self.scale[r * nb..(r + 1) * nb];
@@ -127,6 +133,13 @@ impl Int8Activations {
                 &self.sum[r * nb..(r + 1) * nb],
                 &mut self.pairs[r * pl..(r + 1) * pl],
                 &mut self.pair_scales[r * sl..(r + 1) * sl],
+            );
+            k8::quad_layout(
+                q,
+                &self.inv_scale[r * nb..(r + 1) * nb],
+                &self.sum[r * nb..(r + 1) * nb],
+                &mut self.quads[r * ql..(r + 1) * ql],
+                &mut self.quad_scales[r * qsl..(r + 1) * qsl],
             );
         }
         (self.k, self.blocks, self.key) = (k, nb, key);
@@ -151,12 +164,15 @@ impl Int8Activations {
     fn row(&self, r: usize) -> Int8Row<'_> {
         let nb = self.blocks;
         let (pl, sl) = k8::pair_layout_len(nb);
+        let (ql, qsl) = k8::quad_layout_len(nb);
         Int8Row {
             q: &self.q[r * nb * BLOCK..(r + 1) * nb * BLOCK],
             inv_scale: &self.inv_scale[r * nb..(r + 1) * nb],
             sum: &self.sum[r * nb..(r + 1) * nb],
             pairs: &self.pairs[r * pl..(r + 1) * pl],
             pair_scales: &self.pair_scales[r * sl..(r + 1) * sl],
+            quads: &self.quads[r * ql..(r + 1) * ql],
+            quad_scales: &self.quad_scales[r * qsl..(r + 1) * qsl],
         }
     }
 }
@@ -270,9 +286,13 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut 
                     one_token_rows(level, w, first, &x[t * kk..(t + 1) * kk], &mut decoded, ot);
                 }
             }
+            // Each weight block loaded and unpacked once for up to four tokens.
             Tokens::Int8(acts) => {
-                for (t, ot) in o.chunks_exact_mut(rows.max(1)).enumerate() {
-                    k8::dot_rows(level, w.dtype, w.rows(first, rows), acts.row(t), ot);
+                let group = k8::MAX_TOKENS;
+                for (g, og) in o.chunks_mut(group * rows.max(1)).enumerate() {
+                    let tokens: Vec<Int8Row> =
+                        (g * group..).take(og.len() / rows.max(1)).map(|t| acts.row(t)).collect();
+                    k8::dot_rows_tokens(level, w.dtype, w.rows(first, rows), &tokens, og);
                 }
             }
         }

@@ -1,12 +1,19 @@
-//! The n-gram drafter (`ngram-simple`): the tokens that followed the last earlier
-//! occurrence of the history's final n-gram. No model: it guesses well where the output
-//! copies its input or itself (code edits, quoted text, records of the same shape).
+//! The n-gram drafter (`ngram-simple`): the tokens that followed an earlier occurrence of
+//! the history's final n-gram. No model: it guesses well where the output copies its input
+//! or itself (code edits, quoted text, records of the same shape).
+//!
+//! Of several occurrences it takes the one whose preceding tokens agree longest with the
+//! history's (the most recent among equals): in records of one shape a short key such as
+//! `": "` occurs in every field, and the tokens before it say which field is being written.
 
 use super::{Draft, Drafter};
 use crate::ModelError;
 
+/// How many tokens before a match are compared with the history's, at most.
+const MAX_AGREEMENT: usize = 64;
+
 /// Looks up the last `size_n` tokens of the history in the history before them and drafts
-/// the at most `size_m` tokens that followed the most recent match.
+/// the at most `size_m` tokens that followed the best match (see the module docs).
 #[derive(Clone, Debug)]
 pub struct NgramDrafter {
     size_n: usize,
@@ -28,17 +35,23 @@ impl NgramDrafter {
         if max == 0 || history.len() <= n {
             return Vec::new();
         }
-        let key = &history[history.len() - n..];
-        // The most recent earlier occurrence: it follows the text being written now most
-        // closely (a list being repeated, the line above).
-        (0..history.len() - n)
-            .rev()
-            .find(|&start| &history[start..start + n] == key)
-            .map(|start| {
-                let from = start + n;
-                history[from..(from + max).min(history.len())].to_vec()
-            })
-            .unwrap_or_default()
+        let end = history.len();
+        let key = &history[end - n..];
+        // How far before a match at `start` the history still agrees with its own end.
+        let agreement = |start: usize| {
+            (1..=start.min(MAX_AGREEMENT)).take_while(|&back| history[start - back] == history[end - n - back]).count()
+        };
+        let mut best: Option<(usize, usize)> = None; // (agreement, start)
+        for start in (0..end - n).rev().filter(|&start| &history[start..start + n] == key) {
+            let a = agreement(start);
+            if best.is_none_or(|(b, _)| a > b) {
+                best = Some((a, start));
+                if a == MAX_AGREEMENT {
+                    break;
+                }
+            }
+        }
+        best.map(|(_, start)| history[start + n..(start + n + max).min(end)].to_vec()).unwrap_or_default()
     }
 }
 
@@ -63,6 +76,9 @@ mod tests {
         assert!(d.lookup(&[1, 2], 8).is_empty());
         // A match right before the key drafts what overlaps it.
         assert_eq!(d.lookup(&[7, 7, 7], 8), vec![7]);
+        // Of two matches, the one preceded by the history's own tokens: [5, 1, 2] at 4
+        // agrees one token further back than [1, 2] at 7.
+        assert_eq!(d.lookup(&[9, 9, 9, 5, 1, 2, 4, 8, 1, 2, 6, 5, 1, 2], 2), vec![4, 8]);
         assert!(d.lookup(&[1, 2, 1, 2], 0).is_empty());
     }
 }

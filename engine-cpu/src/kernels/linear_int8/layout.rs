@@ -1,6 +1,7 @@
 //! The int8-block activations as LINEAR's int8 kernels read them: per row, the codes in
 //! blocks of [`BLOCK`] with each block's scale and sum, and the same rearranged two blocks
-//! at a time for the AVX2 Q4 kernels ([`pair_layout`]).
+//! at a time for the AVX2 Q4 kernels ([`pair_layout`]) and four at a time for the AVX-512
+//! ones ([`quad_layout`]).
 
 /// Elements per activation block, and per Q4_0/Q4_1/Q8_0 weight block.
 pub const BLOCK: usize = purebee_isa::ops::LINEAR_ACT_BLOCK;
@@ -20,6 +21,74 @@ pub struct Int8Row<'a> {
     pub pairs: &'a [i8],
     /// Per pair of blocks `(b, c)`: `[1/s_b, 1/s_c, Σq_b / s_b, Σq_c / s_c]`.
     pub pair_scales: &'a [f32],
+    /// Per four blocks, 128 codes ([`quad_layout`]).
+    pub quads: &'a [i8],
+    /// Per four blocks, each `1/s_b` four times, then each `Σq_b / s_b` ([`quad_layout`]).
+    pub quad_scales: &'a [f32],
+}
+
+/// One row of activations in every layout, owned: for tests and benchmarks.
+pub struct Int8RowBuf {
+    q: Vec<i8>,
+    inv_scale: Vec<f32>,
+    sum: Vec<f32>,
+    pairs: Vec<i8>,
+    pair_scales: Vec<f32>,
+    quads: Vec<i8>,
+    quad_scales: Vec<f32>,
+}
+
+impl Int8RowBuf {
+    /// The layouts of codes `q` (whole blocks) with each block's `1 / s_b`.
+    pub fn new(q: Vec<i8>, inv_scale: Vec<f32>) -> Int8RowBuf {
+        let nb = inv_scale.len();
+        let sum: Vec<f32> = q.chunks(BLOCK).map(|c| c.iter().map(|&v| v as f32).sum()).collect();
+        let (pl, sl) = pair_layout_len(nb);
+        let (mut pairs, mut pair_scales) = (vec![0i8; pl], vec![0f32; sl]);
+        pair_layout(&q, &inv_scale, &sum, &mut pairs, &mut pair_scales);
+        let (ql, qsl) = quad_layout_len(nb);
+        let (mut quads, mut quad_scales) = (vec![0i8; ql], vec![0f32; qsl]);
+        quad_layout(&q, &inv_scale, &sum, &mut quads, &mut quad_scales);
+        Int8RowBuf { q, inv_scale, sum, pairs, pair_scales, quads, quad_scales }
+    }
+
+    /// The row as the kernels take it.
+    pub fn row(&self) -> Int8Row<'_> {
+        Int8Row {
+            q: &self.q,
+            inv_scale: &self.inv_scale,
+            sum: &self.sum,
+            pairs: &self.pairs,
+            pair_scales: &self.pair_scales,
+            quads: &self.quads,
+            quad_scales: &self.quad_scales,
+        }
+    }
+}
+
+/// Bytes of [`Int8Row::quads`] and elements of [`Int8Row::quad_scales`] for `blocks` blocks.
+pub fn quad_layout_len(blocks: usize) -> (usize, usize) {
+    (blocks.div_ceil(4) * 4 * BLOCK, blocks.div_ceil(4) * 20)
+}
+
+/// The activations of a row as the AVX-512 Q4 kernels read them, four blocks at a time:
+/// the four blocks' codes 0..16 in order, then their codes 16..32 (the order in which one
+/// 64-byte register of the four blocks' packed nibbles unpacks: low nibbles, then high);
+/// then per four blocks 20 floats: each block's `1/s_b` four times (one per i32 lane of its
+/// codes), then each block's `Σq_b / s_b`. Blocks past the row's end are zeros.
+pub fn quad_layout(q: &[i8], inv_scale: &[f32], sum: &[f32], quads: &mut [i8], quad_scales: &mut [f32]) {
+    const H: usize = BLOCK / 2;
+    quads.fill(0);
+    quad_scales.fill(0.0);
+    for (b, ((qb, &inv), &qsum)) in q.chunks_exact(BLOCK).zip(inv_scale).zip(sum).enumerate() {
+        let (g, slot) = (b / 4, b % 4);
+        let out = &mut quads[g * 4 * BLOCK..(g + 1) * 4 * BLOCK];
+        out[slot * H..][..H].copy_from_slice(&qb[..H]);
+        out[2 * BLOCK + slot * H..][..H].copy_from_slice(&qb[H..]);
+        let scales = &mut quad_scales[g * 20..(g + 1) * 20];
+        scales[4 * slot..4 * slot + 4].fill(inv);
+        scales[16 + slot] = qsum * inv;
+    }
 }
 
 /// Bytes of [`Int8Row::pairs`] and elements of [`Int8Row::pair_scales`] for `blocks` blocks.

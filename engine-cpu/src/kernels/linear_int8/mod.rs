@@ -15,7 +15,7 @@
 //! dot product of the decoded weights: the tests' bound says how many).
 //!
 //! The activations' layouts, which every level reads, are in `layout`; the kernels in
-//! `avx2` (AVX2, for the AVX-512 level too) and `neon`.
+//! `avx2`, `avx512` (AVX-512 VNNI) and `neon`.
 
 use purebee_memory::DType;
 
@@ -26,13 +26,15 @@ use super::SimdLevel;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod layout;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(test)]
 mod tests;
 
-pub use layout::{pair_layout, pair_layout_len, Int8Row, BLOCK};
+pub use layout::{pair_layout, pair_layout_len, quad_layout, quad_layout_len, Int8Row, Int8RowBuf, BLOCK};
 
 /// The weight dtypes these kernels read.
 pub fn supports(dtype: DType) -> bool {
@@ -42,17 +44,64 @@ pub fn supports(dtype: DType) -> bool {
 /// `out[j] = Σ_b (Σ_{i∈b} q_i · w_ji) / s_b` for `out.len()` consecutive weight rows `rows`
 /// (their bytes) of a [`supports`] dtype against `a` (as many elements as a row).
 pub fn dot_rows(level: Simd, dtype: DType, rows: &[u8], a: Int8Row, out: &mut [f32]) {
-    match level.get() {
-        #[cfg(target_arch = "x86_64")]
+    dot_rows_tokens(level, dtype, rows, &[a], out)
+}
+
+/// The most tokens [`dot_rows_tokens`] takes at once.
+pub const MAX_TOKENS: usize = 4;
+
+/// [`dot_rows`] for 1 to [`MAX_TOKENS`] tokens `a` at once, `out` token-major
+/// (`[a.len(), rows]`): each weight block is read and unpacked once for all of them, and
+/// each token's outputs are the bits [`dot_rows`] gives it alone.
+pub fn dot_rows_tokens(level: Simd, dtype: DType, rows: &[u8], a: &[Int8Row], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx512 = match level.get() {
+            SimdLevel::Avx512Vnni => true,
+            SimdLevel::Avx2 => false,
+            _ => return per_token(level, dtype, rows, a, out),
+        };
+        match *a {
+            [a0] => x86_tokens(avx512, dtype, rows, [a0], out),
+            [a0, a1] => x86_tokens(avx512, dtype, rows, [a0, a1], out),
+            [a0, a1, a2] => x86_tokens(avx512, dtype, rows, [a0, a1, a2], out),
+            [a0, a1, a2, a3] => x86_tokens(avx512, dtype, rows, [a0, a1, a2, a3], out),
+            _ => per_token(level, dtype, rows, a, out),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    per_token(level, dtype, rows, a, out)
+}
+
+/// `T` tokens on an x86 level: the AVX-512 kernels, else the AVX2 ones.
+#[cfg(target_arch = "x86_64")]
+fn x86_tokens<const T: usize>(avx512: bool, dtype: DType, rows: &[u8], a: [Int8Row; T], out: &mut [f32]) {
+    match (avx512, dtype) {
+        // SAFETY: a `Simd` of level `Avx512Vnni` exists only where the CPU has AVX-512 VNNI
+        // (and AVX2/FMA/F16C).
+        (true, DType::Q4_0) => unsafe { avx512::dot_rows_q4::<{ avx512::Q4_0 }, T>(rows, a, out) },
+        // SAFETY: as above.
+        (true, DType::Q4_1) => unsafe { avx512::dot_rows_q4::<{ avx512::Q4_1 }, T>(rows, a, out) },
+        // SAFETY: as above.
+        (true, DType::Q8_0) => unsafe { avx512::dot_rows_q8_0::<T>(rows, a, out) },
         // SAFETY: a `Simd` of level `Avx2` or `Avx512Vnni` exists only where the CPU has AVX2/FMA/F16C.
-        SimdLevel::Avx2 | SimdLevel::Avx512Vnni => unsafe { avx2::dot_rows(dtype, rows, a, out) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
-        SimdLevel::Neon | SimdLevel::NeonDot => unsafe { neon::dot_rows(level, dtype, rows, a, out) },
-        _ => {
-            let row_bytes = a.inv_scale.len() * dtype.block_bytes();
-            for (y, row) in out.iter_mut().zip(rows.chunks_exact(row_bytes.max(1))) {
-                *y = dot_row_portable(dtype, row, a);
+        _ => unsafe { avx2::dot_rows_tokens::<T>(dtype, rows, a, out) },
+    }
+}
+
+/// Each token alone, on the levels without a several-token kernel.
+fn per_token(level: Simd, dtype: DType, rows: &[u8], a: &[Int8Row], out: &mut [f32]) {
+    let m = out.len() / a.len().max(1);
+    for (t, o) in a.iter().zip(out.chunks_exact_mut(m.max(1))) {
+        match level.get() {
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: a `Simd` of level `Neon` or `NeonDot` exists only where the CPU has NEON (and dotprod).
+            SimdLevel::Neon | SimdLevel::NeonDot => unsafe { neon::dot_rows(level, dtype, rows, *t, o) },
+            _ => {
+                let row_bytes = t.inv_scale.len() * dtype.block_bytes();
+                for (y, row) in o.iter_mut().zip(rows.chunks_exact(row_bytes.max(1))) {
+                    *y = dot_row_portable(dtype, row, *t);
+                }
             }
         }
     }

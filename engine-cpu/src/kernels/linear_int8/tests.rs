@@ -42,11 +42,8 @@ fn kernels_match_the_block_formula() {
         }
         let q: Vec<i8> = (0..nb * BLOCK).map(|_| (next() % 255) as i8).map(|v| v.max(-127)).collect();
         let inv: Vec<f32> = (0..nb).map(|_| 1.0 / (1.0 + (next() % 1000) as f32)).collect();
-        let sum: Vec<f32> = q.chunks(BLOCK).map(|c| c.iter().map(|&v| v as f32).sum()).collect();
-        let (pl, sl) = pair_layout_len(nb);
-        let (mut pairs, mut pair_scales) = (vec![0i8; pl], vec![0f32; sl]);
-        pair_layout(&q, &inv, &sum, &mut pairs, &mut pair_scales);
-        let a = Int8Row { q: &q, inv_scale: &inv, sum: &sum, pairs: &pairs, pair_scales: &pair_scales };
+        let buf = Int8RowBuf::new(q.clone(), inv.clone());
+        let a = buf.row();
         let mut want = 0f64;
         let mut w = vec![0f32; nb * BLOCK];
         purebee_memory::quant::QuantMatrix::new(dtype, &row, 1, nb * BLOCK)
@@ -61,6 +58,55 @@ fn kernels_match_the_block_formula() {
             dot_rows(level, dtype, &rows, a, &mut got);
             let got = got[2] as f64;
             assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{dtype} {level}: {got} vs {want}");
+        }
+    }
+}
+
+/// Several tokens at once give each token the bits of the one-token kernel, on every level,
+/// dtype, token count, and an odd block count (Q4's last block paired with itself).
+#[test]
+fn several_tokens_give_each_the_bits_it_gets_alone() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+        for nb in [1, 2, 5, 18] {
+            let (bb, m) = (dtype.block_bytes(), 3);
+            let mut rows: Vec<u8> = (0..m * nb * bb).map(|_| next() as u8).collect();
+            for b in rows.chunks_exact_mut(bb) {
+                b[0..2].copy_from_slice(&half::f16::from_f32(0.01 * (next() % 100) as f32 - 0.5).to_le_bytes());
+                if dtype == DType::Q4_1 {
+                    b[2..4].copy_from_slice(&half::f16::from_f32(0.02 * (next() % 100) as f32 - 1.0).to_le_bytes());
+                }
+            }
+            let tokens: Vec<Int8RowBuf> = (0..MAX_TOKENS)
+                .map(|_| {
+                    let q: Vec<i8> = (0..nb * BLOCK).map(|_| (next() % 255) as i8).map(|v| v.max(-127)).collect();
+                    let inv: Vec<f32> = (0..nb).map(|_| 1.0 / (1.0 + (next() % 1000) as f32)).collect();
+                    Int8RowBuf::new(q, inv)
+                })
+                .collect();
+            let rows_of: Vec<Int8Row> = tokens.iter().map(Int8RowBuf::row).collect();
+            for level in Simd::all_supported() {
+                for n in 1..=MAX_TOKENS {
+                    let mut got = vec![0f32; n * m];
+                    dot_rows_tokens(level, dtype, &rows, &rows_of[..n], &mut got);
+                    for (t, a) in rows_of[..n].iter().enumerate() {
+                        let mut want = vec![0f32; m];
+                        dot_rows(level, dtype, &rows, *a, &mut want);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&got[t * m..(t + 1) * m]),
+                            bits(&want),
+                            "{dtype} {level}: {nb} blocks, token {t} of {n}"
+                        );
+                    }
+                }
+            }
         }
     }
 }
