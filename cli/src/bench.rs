@@ -332,10 +332,15 @@ fn run_spec(args: &BenchArgs, file: purebee_loader::ModelFile, out: &mut dyn Wri
         return Err(BenchError::Flag { flag: "--verify-rows", value: bad, reason: "a pass needs a row".into() }.into());
     }
     if let Some(path) = &args.file {
-        let spec = args.spec.config()?.ok_or("-f needs --spec-type (ngram-simple) to compare with plain decoding")?;
+        args.spec.validate()?;
+        if args.spec.spec_type == crate::spec_args::SpecType::None {
+            return Err("-f needs --spec-type (ngram-simple or draft-simple) to compare with plain decoding".into());
+        }
         let prompts = crate::bench_spec::read_prompts(path)?;
-        let LoadedModel { tokenizer, template, mut model, cache: mut session, .. } =
+        let LoadedModel { file, tokenizer, template, mut model, cache: mut session, .. } =
             loading::load(file, &args.engine, SessionContext { n_ctx: args.ctx_size })?;
+        let spec = args.spec.config(file.path(), Some(&tokenizer), &args.engine, Some(session.n_ctx()))?;
+        let spec = spec.ok_or("-f needs --spec-type")?;
         let text = (&tokenizer, template.as_ref().ok());
         let runs = (args.gen_len(), args.repetitions);
         return crate::bench_spec::prompts(&mut model, &mut session, text, &prompts, &spec, runs, args.output, out);

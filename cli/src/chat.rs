@@ -38,9 +38,11 @@ pub fn run(args: &ChatArgs, input: &mut dyn BufRead, interactive: bool, out: &mu
         return Err(e.to_string().into());
     }
     let sampler = args.generation.sampler()?;
-    let speculation = args.generation.spec.config()?;
+    args.generation.spec.validate()?;
     let LoadedModel { file, tokenizer, template, model, cache: session, .. } =
         loading::load(file, &args.generation.engine, args.generation.context())?;
+    let spec = &args.generation.spec;
+    let speculation = spec.config(file.path(), Some(&tokenizer), &args.generation.engine, Some(session.n_ctx()))?;
     args.generation.say_seed(&sampler);
     // Each answer ends at the model's end-of-turn token.
     let opts = GenerateOptions {

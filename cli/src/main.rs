@@ -110,16 +110,19 @@ fn run(cli: Cli) -> Result<(), CliError> {
     Ok(())
 }
 
-/// llama.cpp's multi-letter short flags (`-np 4`, `-ub 256`, `-npl 1,2,4`, `-ctk f32`),
+/// llama.cpp's multi-letter short flags (`-np 4`, `-ub 256`, `-npl 1,2,4`, `-ctk f32`,
+/// `-md FILE`),
 /// which clap cannot declare, read as their long names after the subcommands that take
 /// them.
 fn llama_cpp_flags(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<_> = args.collect();
     const CACHE_TYPES: [(&str, &str); 2] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+    const DRAFT: (&str, &str) = ("-md", "--model-draft");
     let long: &[(&str, &str)] = match args.get(1).and_then(|a| a.to_str()) {
-        Some("serve") => &[("-np", "--parallel"), ("-ub", "--ubatch-size"), CACHE_TYPES[0], CACHE_TYPES[1]],
-        Some("bench") => &[("-npl", "--npl"), ("-ub", "--ubatch-size"), CACHE_TYPES[0], CACHE_TYPES[1]],
-        Some("run" | "chat" | "logits") => &CACHE_TYPES,
+        Some("serve") => &[("-np", "--parallel"), ("-ub", "--ubatch-size"), CACHE_TYPES[0], CACHE_TYPES[1], DRAFT],
+        Some("bench") => &[("-npl", "--npl"), ("-ub", "--ubatch-size"), CACHE_TYPES[0], CACHE_TYPES[1], DRAFT],
+        Some("run" | "chat") => &[CACHE_TYPES[0], CACHE_TYPES[1], DRAFT],
+        Some("logits") => &CACHE_TYPES,
         _ => &[],
     };
     for a in args.iter_mut().skip(2) {

@@ -71,8 +71,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         (None, None) => return Err("give a prompt with -p TEXT or --tokens 1,2,3".into()),
     };
     let sampler = args.generation.sampler()?;
-    let speculation = args.generation.spec.config()?;
-    let LoadedModel { tokenizer, mut model, cache: mut session, .. } =
+    args.generation.spec.validate()?;
+    let LoadedModel { file, tokenizer, mut model, cache: mut session, .. } =
         loading::load(file, &args.generation.engine, args.generation.context())?;
     if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= model.config().n_vocab) {
         return Err(format!("--tokens: id {bad} is outside the vocabulary of {} tokens", model.config().n_vocab).into());
@@ -87,6 +87,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> Result<(), CliError> {
         }
         .into());
     }
+    let spec = &args.generation.spec;
+    let speculation = spec.config(file.path(), Some(&tokenizer), &args.generation.engine, Some(session.n_ctx()))?;
     args.generation.say_seed(&sampler);
     let opts = GenerateOptions {
         max_new_tokens: args.generation.max_new_tokens(),

@@ -82,6 +82,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         return Err("--batch-size 0: a pass needs at least one token".into());
     }
     let model_path = models::resolve(&args.model)?;
+    let draft_ctx = (args.ctx_size > 0).then_some(args.ctx_size);
+    let speculation = args.spec.config(&model_path, None, &args.engine, draft_ctx)?;
     let config = ServerConfig {
         model_path,
         host: args.host.clone(),
@@ -96,7 +98,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         batch: args.batch_size,
         max_body_bytes: args.max_body_bytes,
         warmup: !args.no_warmup,
-        speculation: args.spec.config()?,
+        speculation,
     };
     purebee_server::run(config)?;
     Ok(())

@@ -659,7 +659,7 @@ pub fn generate_reusing_cache<E: Engine>(
 ) -> Result<Generation, ModelError> {
     let mut generator = Generator::new(session, context, opts.sampler.clone())?.max_tokens(Some(opts.max_new_tokens));
     if let Some(spec) = &opts.speculation {
-        generator = generator.speculate(spec.ngram());
+        generator = generator.speculate(spec.speculation());
     }
     let reused_tokens = generator.reused();
     let mut generated = Vec::new();

@@ -12,7 +12,7 @@ use purebee_memory::DType;
 use purebee_rng::SplitMix64;
 use purebee_runtime::batch::{BatchRows, RowRead};
 use purebee_runtime::sampler::{Sampler, SamplerConfig};
-use purebee_runtime::speculative::{Draft, Drafter, SpecConfig, Speculation};
+use purebee_runtime::speculative::{Draft, DraftSource, Drafter, SpecConfig, Speculation};
 use purebee_runtime::{generate, GenerateOptions, Generator, LogitsRows, Model, ModelError};
 use purebee_synth::{Arch, ModelShape, ModelSpec, Vocabulary};
 use purebee_tests::{case_ids, smollm2_gguf, tiny};
@@ -23,7 +23,7 @@ fn greedy() -> SamplerConfig {
 
 /// n-gram speculation that always drafts (an extra row costs nothing to the pacer).
 fn ngram(draft_max: usize) -> SpecConfig {
-    SpecConfig { draft_min: 0, draft_max, ngram_size_n: 2, ngram_size_m: 16, row_cost: 0.0 }
+    SpecConfig { draft_min: 0, draft_max, source: DraftSource::Ngram { size_n: 2, size_m: 16 }, row_cost: 0.0 }
 }
 
 fn options(n: usize, speculation: Option<SpecConfig>) -> GenerateOptions {
@@ -300,7 +300,7 @@ fn the_batched_path_speculates_with_the_plain_tokens() {
         cache.clear(0);
         let mut g = Generator::in_shared_cache(&cache, 0, &prompt, greedy()).expect("generator").max_tokens(Some(40));
         if let Some(s) = &spec {
-            g = g.speculate(s.ngram());
+            g = g.speculate(s.speculation());
         }
         let mut out = Vec::new();
         while out.len() < 40 {

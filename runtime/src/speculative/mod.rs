@@ -8,12 +8,16 @@
 //! a [`DraftPacer`] chooses how much to draft from the recent acceptance.
 
 mod accept;
+mod draft_model;
 mod ngram;
 mod pacer;
 
 pub use accept::{accept, row_distribution};
+pub use draft_model::DraftModel;
 pub use ngram::NgramDrafter;
 pub use pacer::{DraftPacer, MAX_PAUSE};
+
+use std::sync::{Arc, Mutex};
 
 use crate::ModelError;
 
@@ -63,27 +67,65 @@ impl SpecStats {
     }
 }
 
-/// The settings of n-gram speculation (`--spec-type ngram-simple` and its flags), from
-/// which each generation makes its own [`Speculation`].
-#[derive(Clone, Debug, PartialEq)]
+/// The settings of speculative decoding (`--spec-type` and its flags), from which each
+/// generation makes its own [`Speculation`].
+#[derive(Clone, Debug)]
 pub struct SpecConfig {
     /// The fewest drafted tokens worth a verify pass (`--spec-draft-n-min`).
     pub draft_min: usize,
     /// The most drafted tokens one pass checks (`--spec-draft-n-max`).
     pub draft_max: usize,
-    /// The lookup key's length (`--spec-ngram-simple-size-n`).
-    pub ngram_size_n: usize,
-    /// The longest draft one lookup gives (`--spec-ngram-simple-size-m`).
-    pub ngram_size_m: usize,
+    /// Where drafts come from.
+    pub source: DraftSource,
     /// The cost of one more row in a pass, in decode steps, for the pacer.
     pub row_cost: f64,
 }
 
+/// Where drafts come from.
+#[derive(Clone)]
+pub enum DraftSource {
+    /// N-gram lookup in the prompt and the output (`ngram-simple`): the key's length
+    /// (`--spec-ngram-simple-size-n`) and the longest draft of one lookup (`-size-m`).
+    Ngram {
+        /// The lookup key's length, in tokens.
+        size_n: usize,
+        /// The most tokens one lookup drafts.
+        size_m: usize,
+    },
+    /// A draft model (`draft-simple`, `-md`), shared by every generation: drafts are made
+    /// one at a time, as generations take turns.
+    Model(Arc<Mutex<dyn Drafter>>),
+}
+
+impl std::fmt::Debug for DraftSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraftSource::Ngram { size_n, size_m } => write!(f, "Ngram {{ size_n: {size_n}, size_m: {size_m} }}"),
+            DraftSource::Model(_) => write!(f, "Model"),
+        }
+    }
+}
+
+/// A drafter shared behind a lock.
+struct Shared(Arc<Mutex<dyn Drafter>>);
+
+impl Drafter for Shared {
+    fn draft(&mut self, history: &[u32], max: usize) -> Result<Draft, ModelError> {
+        // A drafter that panicked mid-draft left its state to be resynchronised from the
+        // history anyway: the lock's poison carries nothing to fear.
+        let mut d = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        d.draft(history, max)
+    }
+}
+
 impl SpecConfig {
-    /// A new generation's n-gram speculation.
-    pub fn ngram(&self) -> Speculation {
-        let drafter = NgramDrafter::new(self.ngram_size_n, self.ngram_size_m);
-        Speculation::new(Box::new(drafter), self.draft_min, self.draft_max, self.row_cost)
+    /// A new generation's speculation.
+    pub fn speculation(&self) -> Speculation {
+        let drafter: Box<dyn Drafter> = match &self.source {
+            DraftSource::Ngram { size_n, size_m } => Box::new(NgramDrafter::new(*size_n, *size_m)),
+            DraftSource::Model(shared) => Box::new(Shared(Arc::clone(shared))),
+        };
+        Speculation::new(drafter, self.draft_min, self.draft_max, self.row_cost)
     }
 }
 

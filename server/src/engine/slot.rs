@@ -78,7 +78,7 @@ impl<'t> Slot<'t> {
                 let g = g.prefill(Prefill::Chunks(prefill_chunk)).logprobs(job.logprobs).max_tokens(job.max_tokens);
                 // Log-probabilities are reported for plainly decoded tokens only.
                 match speculation {
-                    Some(spec) if job.logprobs.is_none() => g.speculate(spec.ngram()),
+                    Some(spec) if job.logprobs.is_none() => g.speculate(spec.speculation()),
                     _ => g,
                 }
             }
