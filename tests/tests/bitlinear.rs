@@ -329,7 +329,7 @@ fn k_for(dtype: DType) -> BoxedStrategy<usize> {
 }
 
 /// (dtype, n, m, k, seed, with_scale, portable); one token half of the time (`gemv`), else
-/// 2..=70 (the CPU's few-token path up to 8, then `tiled`, over three 32-token tiles); long rows with at most 40 rows and 4 tokens,
+/// 2..=70 (the CPU's few-token path up to 16, then `tiled`, over three 32-token tiles); long rows with at most 40 rows and 4 tokens,
 /// which keeps the reference's time short.
 fn case() -> impl Strategy<Value = (DType, usize, usize, usize, u64, bool, bool)> {
     (0..FORMATS.len()).prop_flat_map(|f| {
