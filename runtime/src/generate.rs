@@ -31,7 +31,7 @@ pub struct GenerateOptions {
     /// generation after the first token. What was generated stays valid (the KV cache
     /// holds every id but the last, as after any stop).
     pub stop: Option<Arc<AtomicBool>>,
-    /// Speculative decoding by n-gram lookup; `None`: plain decoding.
+    /// Speculative decoding (n-gram lookup or a draft model); `None`: plain decoding.
     pub speculation: Option<SpecConfig>,
 }
 
@@ -527,6 +527,8 @@ impl Generator {
             return Ok(Some(token));
         }
         if let Some((token, pos)) = self.last {
+            // Speculation verifies from the host's tokens; running ahead on the engine's
+            // greedy token is for plain decoding.
             if self.spec.is_some() {
                 self.prepare_draft(session.n_ctx(), true)?;
                 if !self.verify_ids.is_empty() {

@@ -239,8 +239,8 @@ fn gemv(pool: &Pool, level: Simd, w: &Ternary, acts: &Activations, out_scale: f6
 }
 
 /// The most tokens that take [`gemv_tokens`] (more go through the unpacked tiles of
-/// `gemm`). A verify pass of 9 to 16 rows on the 2B shape (TQ2_0, 2 threads) costs 3.6 to
-/// 5.7 decode steps here against 5.1 to 6.8 through the tiles.
+/// `gemm`). Passes of 9 to 16 tokens over TQ2_0 rows of 2560 and 6912 elements (2 threads)
+/// cost 3.6 to 5.7 one-token passes here, against 5.1 to 6.8 through the tiles.
 const FEW_TOKENS: usize = 16;
 /// Rows per task of [`gemv_tokens`]: 21 KB of TQ2_0 rows of 2560, which stay in L1 while
 /// every token passes over them.

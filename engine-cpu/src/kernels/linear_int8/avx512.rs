@@ -25,6 +25,20 @@ pub(super) const Q4_1: u8 = 1;
 /// How far ahead of the weight bytes being read they are prefetched (the AVX2 kernel's).
 const PREFETCH: usize = 512;
 
+/// The four blocks of group `g` of the row at `r` (`nb` blocks of `bb` bytes); blocks past
+/// the row's end repeat its last block, which the callers weigh by zero activations and
+/// scales (a non-finite `d` makes the row's sum non-finite either way). Prefetches ahead.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn group_blocks(r: *const u8, g: usize, nb: usize, bb: usize) -> [*const u8; 4] {
+    // Every block index is below nb (the callers' rows hold nb blocks), so each pointer
+    // stays inside the row; `wrapping_add` keeps the arithmetic itself free of UB.
+    let b = [0, 1, 2, 3].map(|s| r.wrapping_add((4 * g + s).min(nb - 1) * bb));
+    _mm_prefetch::<_MM_HINT_T0>(b[0].wrapping_add(PREFETCH).cast());
+    _mm_prefetch::<_MM_HINT_T0>(b[0].wrapping_add(PREFETCH + 64).cast());
+    b
+}
+
 /// `out[t · m + j]`: row `j` of `rows` against token `t` of `a`, for `T` tokens at once
 /// (each token's arithmetic the same whatever `T` is, so each gets the bits it gets alone).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -46,16 +60,9 @@ pub(super) fn dot_rows_q4<const KIND: u8, const T: usize>(rows: &[u8], a: [Int8R
         let r = unsafe { w.add(j * nb * bb) };
         let (mut acc, mut cst) = ([_mm512_setzero_ps(); T], [_mm_setzero_ps(); T]);
         for g in 0..ng {
-            // Blocks past the row's end repeat its last block against zero activations and
-            // scales: they add nothing (a non-finite `d` makes the row's sum non-finite
-            // either way).
-            // SAFETY: every block index is below nb, so each block lies inside the row.
-            let block = |s: usize| unsafe { r.add((4 * g + s).min(nb - 1) * bb) };
-            let (b0, b1, b2, b3) = (block(0), block(1), block(2), block(3));
-            _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH).cast());
-            _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH + 64).cast());
-            // SAFETY: each block holds d (and Q4_1's m) in its first four bytes and its 16
-            // code bytes last.
+            let [b0, b1, b2, b3] = group_blocks(r, g, nb, bb);
+            // SAFETY: each block lies inside the row (`group_blocks`) and holds d (and
+            // Q4_1's m) in its first four bytes and its 16 code bytes last.
             let (v, dm01, dm23) = unsafe {
                 let codes = |b: *const u8| _mm_loadu_si128(b.add(bb - 16).cast());
                 let low = _mm256_set_m128i(codes(b1), codes(b0));
@@ -121,13 +128,9 @@ pub(super) fn dot_rows_q8_0<const T: usize>(rows: &[u8], a: [Int8Row; T], out: &
         let r = unsafe { w.add(j * nb * bb) };
         let mut acc = [_mm512_setzero_ps(); T];
         for g in 0..ng {
-            // SAFETY: every block index is below nb, so each block lies inside the row.
-            let block = |s: usize| unsafe { r.add((4 * g + s).min(nb - 1) * bb) };
-            let (b0, b1, b2, b3) = (block(0), block(1), block(2), block(3));
-            _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH).cast());
-            _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH + 64).cast());
-            // SAFETY: each block holds d in its first two bytes, then its 32 codes; a
-            // 4-byte load for d stays inside the block.
+            let [b0, b1, b2, b3] = group_blocks(r, g, nb, bb);
+            // SAFETY: each block lies inside the row (`group_blocks`) and holds d in its
+            // first two bytes, then its 32 codes; a 4-byte load for d stays inside it.
             let (c01, c23, d4) = unsafe {
                 let codes = |b: *const u8| _mm256_loadu_si256(b.add(2).cast());
                 let pair =

@@ -20,28 +20,44 @@ fn quantize_row_matches_the_isa_on_every_level() {
     }
 }
 
-/// The portable and AVX2 kernels agree with the formula computed in f64 on random blocks.
-#[test]
-fn kernels_match_the_block_formula() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
+/// A xorshift stream of test data.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed
-    };
+    }
+}
+
+/// `blocks` weight blocks of `dtype`: random codes with sane scales (and Q4_1 offsets).
+fn weight_blocks(dtype: DType, blocks: usize, next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let bb = dtype.block_bytes();
+    let mut bytes: Vec<u8> = (0..blocks * bb).map(|_| next() as u8).collect();
+    for b in bytes.chunks_exact_mut(bb) {
+        b[0..2].copy_from_slice(&half::f16::from_f32(0.01 * (next() % 100) as f32 - 0.5).to_le_bytes());
+        if dtype == DType::Q4_1 {
+            b[2..4].copy_from_slice(&half::f16::from_f32(0.02 * (next() % 100) as f32 - 1.0).to_le_bytes());
+        }
+    }
+    bytes
+}
+
+/// `blocks` blocks of activation codes in −127..=127 and their `1 / s_b`.
+fn activations(blocks: usize, next: &mut impl FnMut() -> u64) -> (Vec<i8>, Vec<f32>) {
+    let q = (0..blocks * BLOCK).map(|_| (next() % 255) as i8).map(|v| v.max(-127)).collect();
+    (q, (0..blocks).map(|_| 1.0 / (1.0 + (next() % 1000) as f32)).collect())
+}
+
+/// Every level's kernels agree with the formula computed in f64 on random blocks (seven:
+/// an odd count, and not a multiple of four).
+#[test]
+fn kernels_match_the_block_formula() {
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
         let nb = 7;
-        let bb = dtype.block_bytes();
-        let mut row: Vec<u8> = (0..nb * bb).map(|_| next() as u8).collect();
-        for b in row.chunks_exact_mut(bb) {
-            b[0..2].copy_from_slice(&half::f16::from_f32(0.01 * (next() % 100) as f32 - 0.5).to_le_bytes());
-            if dtype == DType::Q4_1 {
-                b[2..4].copy_from_slice(&half::f16::from_f32(0.02 * (next() % 100) as f32 - 1.0).to_le_bytes());
-            }
-        }
-        let q: Vec<i8> = (0..nb * BLOCK).map(|_| (next() % 255) as i8).map(|v| v.max(-127)).collect();
-        let inv: Vec<f32> = (0..nb).map(|_| 1.0 / (1.0 + (next() % 1000) as f32)).collect();
+        let row = weight_blocks(dtype, nb, &mut next);
+        let (q, inv) = activations(nb, &mut next);
         let buf = Int8RowBuf::new(q.clone(), inv.clone());
         let a = buf.row();
         let mut want = 0f64;
@@ -63,30 +79,17 @@ fn kernels_match_the_block_formula() {
 }
 
 /// Several tokens at once give each token the bits of the one-token kernel, on every level,
-/// dtype, token count, and an odd block count (Q4's last block paired with itself).
+/// dtype, token count, and block counts that are odd or not a multiple of four.
 #[test]
 fn several_tokens_give_each_the_bits_it_gets_alone() {
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
         for nb in [1, 2, 5, 18] {
-            let (bb, m) = (dtype.block_bytes(), 3);
-            let mut rows: Vec<u8> = (0..m * nb * bb).map(|_| next() as u8).collect();
-            for b in rows.chunks_exact_mut(bb) {
-                b[0..2].copy_from_slice(&half::f16::from_f32(0.01 * (next() % 100) as f32 - 0.5).to_le_bytes());
-                if dtype == DType::Q4_1 {
-                    b[2..4].copy_from_slice(&half::f16::from_f32(0.02 * (next() % 100) as f32 - 1.0).to_le_bytes());
-                }
-            }
+            let m = 3;
+            let rows = weight_blocks(dtype, m * nb, &mut next);
             let tokens: Vec<Int8RowBuf> = (0..MAX_TOKENS)
                 .map(|_| {
-                    let q: Vec<i8> = (0..nb * BLOCK).map(|_| (next() % 255) as i8).map(|v| v.max(-127)).collect();
-                    let inv: Vec<f32> = (0..nb).map(|_| 1.0 / (1.0 + (next() % 1000) as f32)).collect();
+                    let (q, inv) = activations(nb, &mut next);
                     Int8RowBuf::new(q, inv)
                 })
                 .collect();
