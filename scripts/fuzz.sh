@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of fuzz/ for SECONDS_PER_TARGET seconds (default 60) on a copy of
-# its committed corpus (fuzz/corpus/<target>, left unchanged), one target per core at a time, and
+# Runs every fuzz target of fuzz/ for SECONDS_PER_TARGET seconds of one core (default 60) on a
+# copy of its committed corpus (fuzz/corpus/<target>, left unchanged), all targets at once for
+# the wall time that gives each that share of the cores, and
 # fails on any crash, timeout (-timeout=10 per input) or out-of-memory report
 # (-rss_limit_mb=2048), printing the reproducer's path. CI runs it; so can anyone:
 #
@@ -39,9 +40,11 @@ cargo fuzz build --sanitizer none
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
 
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/purebee-fuzz.XXXXXX")
-# One libFuzzer process per core at a time: each target is single-threaded, so on a 2-core
-# machine two targets run in the wall time of one.
-jobs=$(nproc 2>/dev/null || echo 1)
+# Each target is single-threaded: all at once for `seconds · targets / cores` of wall time
+# keep every core busy to the end (one per core at a time left a core idle in the last
+# round when the targets do not divide evenly).
+cores=$(nproc 2>/dev/null || echo 1)
+wall=$(((seconds * ${#targets[@]} + cores - 1) / cores))
 fuzz_one() {
   local t=$1 dict=()
   case $t in
@@ -50,21 +53,15 @@ fuzz_one() {
   esac
   mkdir -p "$run_dir/$t/corpus" "$run_dir/$t/artifacts"
   cp fuzz/corpus/"$t"/* "$run_dir/$t/corpus/" 2>/dev/null || true
-  if "$bin/$t" "${dict[@]}" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+  if "$bin/$t" "${dict[@]}" -max_total_time="$wall" -rss_limit_mb=2048 -timeout=10 \
     -print_final_stats=1 -artifact_prefix="$run_dir/$t/artifacts/" "$run_dir/$t/corpus" \
     >"$run_dir/$t/log" 2>&1; then
     touch "$run_dir/$t/passed"
   fi
 }
-running=0
+echo "== ${#targets[@]} targets at once for ${wall}s on $cores cores: ${targets[*]}"
 for t in "${targets[@]}"; do
-  echo "== $t: ${seconds}s"
   fuzz_one "$t" &
-  running=$((running + 1))
-  if [ "$running" -ge "$jobs" ]; then
-    wait -n || true
-    running=$((running - 1))
-  fi
 done
 wait
 failed=0

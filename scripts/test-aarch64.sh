@@ -42,9 +42,10 @@ for pkg in purebee-engine-gpu wgpu wgpu-core wgpu-hal wgpu-types naga ash glow g
 done
 # The model-shape cases are skipped: they run the same NEON kernels as the random shapes, on
 # longer rows, and took most of this stage's time under emulation (the reference engine's
-# share of them is the same on every architecture).
+# share of them is the same on every architecture). The largest property tests run a
+# quarter of their cases (PUREBEE_EMULATED=1, purebee_testenv::proptest_cases).
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu max -L /usr/aarch64-linux-gnu" \
-  PUREBEE_SKIP_GPU_TESTS=1 PUREBEE_SKIP_SMOLLM2=1 \
+  PUREBEE_SKIP_GPU_TESTS=1 PUREBEE_SKIP_SMOLLM2=1 PUREBEE_EMULATED=1 \
   cargo test "${gpu_stack[@]}" --release -p purebee-tests --target "$target" \
   --test attention --test bitlinear --test elementwise --test embed --test kv_write --test linear \
   --test memory --test rope --test rows -- cpu \

@@ -37,3 +37,15 @@ pub fn gpu_tests_skipped() -> bool {
     }
     skipped
 }
+
+/// How many cases a property test runs: `native`, or a quarter of it (at least 8) when
+/// `PUREBEE_EMULATED=1` says the tests run under a CPU emulator (`scripts/test-aarch64.sh`),
+/// where each case costs tens of times more and the point is the emulated kernels, which
+/// fewer random shapes still reach.
+pub fn proptest_cases(native: u32) -> u32 {
+    if std::env::var("PUREBEE_EMULATED").is_ok_and(|v| v == "1") {
+        (native / 4).max(8)
+    } else {
+        native
+    }
+}

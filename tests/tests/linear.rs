@@ -337,7 +337,7 @@ proptest! {
 
 // The same cases on the CPU engine (the GPU's `portable` flag is not used).
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: purebee_testenv::proptest_cases(192), ..ProptestConfig::default() })]
 
     #[test]
     fn cpu_linear_matches_the_reference((dtype, n, m, k, seed, _portable) in case()) {
