@@ -156,6 +156,9 @@ pub struct Session {
     /// A position run with the id on the engine, whose value the host has not received yet
     /// (it joins `ids` when [`Model::receive_greedy`] delivers it).
     awaiting: Option<usize>,
+    /// The verify pass (`Model::forward_rows`) whose tensors stay allocated: one at a time,
+    /// since each holds every row's logits.
+    pub(crate) live_verify: Option<(usize, LogitsRows)>,
 }
 
 /// A greedy decode step submitted by [`Model::submit_greedy`]; [`Model::receive_greedy`]
@@ -290,6 +293,7 @@ impl<E: Engine> Model<E> {
             ids: Vec::new(),
             token_on_engine: None,
             awaiting: None,
+            live_verify: None,
         })
     }
 
@@ -568,7 +572,7 @@ impl<E: Engine> Model<E> {
         key: (usize, LogitsRows),
     ) -> Result<(), ModelError> {
         if key.0 > 1 {
-            if let Some(f) = session.forwards.get_mut(&key) {
+            if let Some(f) = session.forwards.get_mut(&key).filter(|f| f.live) {
                 self.engine.execute(&f.teardown, &[])?;
                 f.live = false;
             }

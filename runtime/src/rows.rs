@@ -11,10 +11,6 @@ use crate::batch::{RowOutput, RowRead};
 use crate::model::Candidates;
 use crate::{LogitsRows, Model, ModelError, Session};
 
-/// A session's forward programs of at most this many rows with every row's logits (verify
-/// passes) keep their tensors allocated between runs, as the decode program does.
-pub(crate) const KEEP_LIVE_VERIFY_ROWS: usize = 17;
-
 impl<E: Engine> Model<E> {
     /// Reads what `reads[r]` asks of row `r` of `logits` (`[reads.len(), vocab]`) and of
     /// the matching `argmax` entries: one ARGMAX read for every greedy row, one TOP_K over
@@ -70,8 +66,9 @@ impl<E: Engine> Model<E> {
     /// Runs `tokens` at positions `pos..` of `session` and reads `read` of every row's
     /// logits: row `r` is the prediction for position `pos + r + 1`, so a verify pass of a
     /// drafted continuation checks every drafted token in one pass. A session has no engine
-    /// log-sum-exp: [`RowRead::TopKLse`] reads whole rows. Programs of at most
-    /// [`KEEP_LIVE_VERIFY_ROWS`] rows stay allocated. Errors as [`Model::forward`].
+    /// log-sum-exp: [`RowRead::TopKLse`] reads whole rows. The last size run stays
+    /// allocated (passes of one size often follow each other); running another size frees
+    /// it, so a session holds one pass's logits at most. Errors as [`Model::forward`].
     pub fn forward_rows(
         &mut self,
         session: &mut Session,
@@ -80,13 +77,14 @@ impl<E: Engine> Model<E> {
         read: RowRead,
     ) -> Result<Vec<RowOutput>, ModelError> {
         let read = if let RowRead::TopKLse(_) = read { RowRead::Full } else { read };
+        let key = (tokens.len(), LogitsRows::All);
+        if let Some(other) = session.live_verify.filter(|&other| other != key) {
+            self.release_prefill(session, other)?;
+        }
+        session.live_verify = Some(key);
         let (key, io) = self.run(session, crate::model::Input::Host(tokens), pos, LogitsRows::All)?;
         let prefix = format!("{}.fwd{}.all", session.name, tokens.len());
         let reads = vec![read; tokens.len()];
-        let outputs = self.read_row_outputs(&mut session.candidates, |k, _| (key, k), &prefix, io.into(), &reads);
-        if tokens.len() > KEEP_LIVE_VERIFY_ROWS {
-            self.release_prefill(session, key)?;
-        }
-        outputs
+        self.read_row_outputs(&mut session.candidates, |k, _| (key, k), &prefix, io.into(), &reads)
     }
 }
