@@ -94,33 +94,21 @@ pub fn tensor_values(t: &PlannedTensor, rng: &mut SplitMix64) -> Result<Vec<u8>,
     })
 }
 
-/// `rows × cols` elements of `dtype` as random codes with sane block scales (magnitude
-/// 2^-5 .. 2^-4, random sign) where the type has them: for types without an encoder here,
-/// and for the fuzz corpus's one tensor of every type. An unaddressable size gives no bytes.
-pub fn random_codes(rng: &mut SplitMix64, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+/// `rows × cols` elements of a type this builder has no encoder for, as random codes with
+/// sane block scales where the type has them (Q4_0's `d`, Q4_1's `d` and `m`: magnitude
+/// 2^-5 .. 2^-4, random sign); random bytes otherwise. An unaddressable size gives no bytes.
+fn random_codes(rng: &mut SplitMix64, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
     let Some(n) = dtype.tensor_bytes(rows, cols) else { return Vec::new() };
     let mut b: Vec<u8> = (0..n).map(|_| rng.byte()).collect();
-    let mut scale = || {
-        let r = rng.next_u64();
-        ((0x2800 | (r & 0x3ff) | ((r >> 10) & 1) << 15) as u16).to_le_bytes()
-    };
-    let (block, scale_at) = match dtype {
-        DType::F16 => (2, 0),
-        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => (dtype.block_bytes(), 0),
-        DType::TQ1_0 | DType::TQ2_0 => (dtype.block_bytes(), dtype.block_bytes() - 2),
-        DType::I2_S => {
-            let trailer = b.len() - 32;
-            for c in b[trailer..].chunks_mut(4) {
-                c.copy_from_slice(&0.05f32.to_le_bytes());
-            }
-            return b;
-        }
+    let scales = match dtype {
+        DType::Q4_0 => 1,
+        DType::Q4_1 => 2,
         _ => return b,
     };
-    for chunk in b.chunks_mut(block) {
-        chunk[scale_at..scale_at + 2].copy_from_slice(&scale());
-        if dtype == DType::Q4_1 {
-            chunk[2..4].copy_from_slice(&scale());
+    for block in b.chunks_mut(dtype.block_bytes()) {
+        for scale in block[..2 * scales].chunks_mut(2) {
+            let r = rng.next_u64();
+            scale.copy_from_slice(&((0x2800 | (r & 0x3ff) | ((r >> 10) & 1) << 15) as u16).to_le_bytes());
         }
     }
     b

@@ -23,7 +23,7 @@ mod shape;
 mod vocabulary;
 
 pub use build::{build, file_type, SynthError};
-pub use draws::{random_codes, tensor_values, SynthDraws};
+pub use draws::{tensor_values, SynthDraws};
 pub use plan::{plan, PlannedTensor, Role};
 pub use shape::{Arch, ModelShape, ModelSpec, BITNET_2B, TINY};
 pub use vocabulary::{Vocabulary, BOS, EOS};

@@ -263,12 +263,16 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut 
         tiles.resize(m * n, 0.0);
     }
     let outputs = &mut tiles[..m * n];
-    // The float kernels' token rows, once per call (not per task).
+    // The kernels' token rows, once per call (not per task).
     let (row_bytes, token_rows): (usize, Vec<&[f32]>) = match x {
         Tokens::F32(x) if k::supports_tokens(w.dtype) => {
             (w.dtype.row_bytes(kk).unwrap_or(0), x.chunks_exact(kk.max(1)).take(n).collect())
         }
         _ => (0, Vec::new()),
+    };
+    let int8_rows: Vec<Int8Row> = match x {
+        Tokens::Int8(acts) => (0..n).map(|t| acts.row(t)).collect(),
+        Tokens::F32(_) => Vec::new(),
     };
     pool.for_each_chunk(outputs, TILE_ROWS * n, &|i, o| {
         let rows = o.len() / n;
@@ -287,12 +291,9 @@ fn gemm(pool: &Pool, level: Simd, w: &Weights, x: Tokens, n: usize, tiles: &mut 
                 }
             }
             // Each weight block loaded and unpacked once for up to four tokens.
-            Tokens::Int8(acts) => {
-                let group = k8::MAX_TOKENS;
-                for (g, og) in o.chunks_mut(group * rows.max(1)).enumerate() {
-                    let tokens: Vec<Int8Row> =
-                        (g * group..).take(og.len() / rows.max(1)).map(|t| acts.row(t)).collect();
-                    k8::dot_rows_tokens(level, w.dtype, w.rows(first, rows), &tokens, og);
+            Tokens::Int8(_) => {
+                for (group, og) in int8_rows.chunks(k8::MAX_TOKENS).zip(o.chunks_mut(k8::MAX_TOKENS * rows.max(1))) {
+                    k8::dot_rows_tokens(level, w.dtype, w.rows(first, rows), group, og);
                 }
             }
         }
