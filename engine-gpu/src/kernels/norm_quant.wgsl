@@ -68,6 +68,40 @@ fn held_weight4(i: u32) -> vec4<f32> {
 
 // sum_squares' additions for four more of the invocation's elements (zeros past the row add
 // +0, which leaves the non-negative sum unchanged: the same bits as sum_squares).
+// The invocation's strided share of a held row: eight words of four elements, as named
+// fields (an array indexed in a loop may live in memory).
+struct HeldShare {
+    x0: vec4<f32>,
+    x1: vec4<f32>,
+    x2: vec4<f32>,
+    x3: vec4<f32>,
+    x4: vec4<f32>,
+    x5: vec4<f32>,
+    x6: vec4<f32>,
+    x7: vec4<f32>,
+}
+
+fn held_share(inplace: bool, base: u32, i: u32) -> HeldShare {
+    return HeldShare(held4(inplace, base, i), held4(inplace, base, i + 4u * WG), held4(inplace, base, i + 8u * WG),
+                     held4(inplace, base, i + 12u * WG), held4(inplace, base, i + 16u * WG),
+                     held4(inplace, base, i + 20u * WG), held4(inplace, base, i + 24u * WG),
+                     held4(inplace, base, i + 28u * WG));
+}
+
+// The share's sum of squares, in the loops' order.
+fn share_squares(sh: HeldShare) -> f32 {
+    var acc = 0.0;
+    acc = add_squares(acc, sh.x0);
+    acc = add_squares(acc, sh.x1);
+    acc = add_squares(acc, sh.x2);
+    acc = add_squares(acc, sh.x3);
+    acc = add_squares(acc, sh.x4);
+    acc = add_squares(acc, sh.x5);
+    acc = add_squares(acc, sh.x6);
+    acc = add_squares(acc, sh.x7);
+    return acc;
+}
+
 fn add_squares(acc: f32, v: vec4<f32>) -> f32 {
     var a = acc;
     a = a + v.x * v.x;
@@ -115,32 +149,17 @@ const HELD_GROUPS: u32 = 8u;
 // loop may live in memory (a held row in an array was slower on an H100).
 fn norm_quant_held(ids: Ids, inplace: bool, row: u32, base: u32) {
     let i = ids.lidx;
-    let x0 = held4(inplace, base, i);
-    let x1 = held4(inplace, base, i + 4u * WG);
-    let x2 = held4(inplace, base, i + 8u * WG);
-    let x3 = held4(inplace, base, i + 12u * WG);
-    let x4 = held4(inplace, base, i + 16u * WG);
-    let x5 = held4(inplace, base, i + 20u * WG);
-    let x6 = held4(inplace, base, i + 24u * WG);
-    let x7 = held4(inplace, base, i + 28u * WG);
-    var acc = 0.0;
-    acc = add_squares(acc, x0);
-    acc = add_squares(acc, x1);
-    acc = add_squares(acc, x2);
-    acc = add_squares(acc, x3);
-    acc = add_squares(acc, x4);
-    acc = add_squares(acc, x5);
-    acc = add_squares(acc, x6);
-    acc = add_squares(acc, x7);
+    let sh = held_share(inplace, base, i);
+    let acc = share_squares(sh);
     let inv = inv_rms(reduce_add_f32(acc, ids));
-    var mx = abs_max4(0u, x0 * inv * held_weight4(i));
-    mx = abs_max4(mx, x1 * inv * held_weight4(i + 4u * WG));
-    mx = abs_max4(mx, x2 * inv * held_weight4(i + 8u * WG));
-    mx = abs_max4(mx, x3 * inv * held_weight4(i + 12u * WG));
-    mx = abs_max4(mx, x4 * inv * held_weight4(i + 16u * WG));
-    mx = abs_max4(mx, x5 * inv * held_weight4(i + 20u * WG));
-    mx = abs_max4(mx, x6 * inv * held_weight4(i + 24u * WG));
-    mx = abs_max4(mx, x7 * inv * held_weight4(i + 28u * WG));
+    var mx = abs_max4(0u, sh.x0 * inv * held_weight4(i));
+    mx = abs_max4(mx, sh.x1 * inv * held_weight4(i + 4u * WG));
+    mx = abs_max4(mx, sh.x2 * inv * held_weight4(i + 8u * WG));
+    mx = abs_max4(mx, sh.x3 * inv * held_weight4(i + 12u * WG));
+    mx = abs_max4(mx, sh.x4 * inv * held_weight4(i + 16u * WG));
+    mx = abs_max4(mx, sh.x5 * inv * held_weight4(i + 20u * WG));
+    mx = abs_max4(mx, sh.x6 * inv * held_weight4(i + 24u * WG));
+    mx = abs_max4(mx, sh.x7 * inv * held_weight4(i + 28u * WG));
     let s_bits = act_scale_bits(reduce_max_u32(mx, ids));
     let h0 = held_word(inplace, base, i, inv);
     let h1 = held_word(inplace, base, i + WG, inv);
@@ -310,33 +329,18 @@ fn store_held_block_word(row: u32, base: u32, wd: u32, h: vec4<f32>) {
 // of loads (the strided share for passes 1 and 2, then the invocation's words).
 fn norm_quant_blocks_held(ids: Ids, inplace: bool, row: u32, base: u32) {
     let i = ids.lidx;
-    let x0 = held4(inplace, base, i);
-    let x1 = held4(inplace, base, i + 4u * WG);
-    let x2 = held4(inplace, base, i + 8u * WG);
-    let x3 = held4(inplace, base, i + 12u * WG);
-    let x4 = held4(inplace, base, i + 16u * WG);
-    let x5 = held4(inplace, base, i + 20u * WG);
-    let x6 = held4(inplace, base, i + 24u * WG);
-    let x7 = held4(inplace, base, i + 28u * WG);
-    var acc = 0.0;
-    acc = add_squares(acc, x0);
-    acc = add_squares(acc, x1);
-    acc = add_squares(acc, x2);
-    acc = add_squares(acc, x3);
-    acc = add_squares(acc, x4);
-    acc = add_squares(acc, x5);
-    acc = add_squares(acc, x6);
-    acc = add_squares(acc, x7);
+    let sh = held_share(inplace, base, i);
+    let acc = share_squares(sh);
     // (The reduction's barriers also order the caller's block_max stores before pass 2.)
     let inv = inv_rms(reduce_add_f32(acc, ids));
-    held_block_max4(i, x0 * inv * held_weight4(i));
-    held_block_max4(i + 4u * WG, x1 * inv * held_weight4(i + 4u * WG));
-    held_block_max4(i + 8u * WG, x2 * inv * held_weight4(i + 8u * WG));
-    held_block_max4(i + 12u * WG, x3 * inv * held_weight4(i + 12u * WG));
-    held_block_max4(i + 16u * WG, x4 * inv * held_weight4(i + 16u * WG));
-    held_block_max4(i + 20u * WG, x5 * inv * held_weight4(i + 20u * WG));
-    held_block_max4(i + 24u * WG, x6 * inv * held_weight4(i + 24u * WG));
-    held_block_max4(i + 28u * WG, x7 * inv * held_weight4(i + 28u * WG));
+    held_block_max4(i, sh.x0 * inv * held_weight4(i));
+    held_block_max4(i + 4u * WG, sh.x1 * inv * held_weight4(i + 4u * WG));
+    held_block_max4(i + 8u * WG, sh.x2 * inv * held_weight4(i + 8u * WG));
+    held_block_max4(i + 12u * WG, sh.x3 * inv * held_weight4(i + 12u * WG));
+    held_block_max4(i + 16u * WG, sh.x4 * inv * held_weight4(i + 16u * WG));
+    held_block_max4(i + 20u * WG, sh.x5 * inv * held_weight4(i + 20u * WG));
+    held_block_max4(i + 24u * WG, sh.x6 * inv * held_weight4(i + 24u * WG));
+    held_block_max4(i + 28u * WG, sh.x7 * inv * held_weight4(i + 28u * WG));
     block_scales(i);
     let h0 = held_word_blocks(inplace, base, i, inv);
     let h1 = held_word_blocks(inplace, base, i + WG, inv);
