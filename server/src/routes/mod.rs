@@ -1,6 +1,8 @@
-//! The HTTP routes and the layers around them: the API key check (all but `/health` and
-//! `/v1/models`), the body size limit, JSON answers for unknown paths and methods, and a
-//! panic caught as a 500 (a last defence: nothing a client sends should panic).
+//! The HTTP routes and the layers around them: the API key check (all but `/health`,
+//! `/v1/models` and the chat page: `/`, `/page.css`, `/page.js`, which holds no secret and
+//! reaches everything else through the protected endpoints), the body size limit, JSON
+//! answers for unknown paths and methods, and a panic caught as a 500 (a last defence:
+//! nothing a client sends should panic).
 
 mod chat;
 mod completions;
@@ -8,6 +10,7 @@ mod generate;
 mod health;
 mod metrics;
 mod models;
+mod page;
 mod tokenize;
 
 use std::any::Any;
@@ -42,7 +45,10 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/health", get(health::health))
         .route("/v1/health", get(health::health))
         .route("/models", get(models::list))
-        .route("/v1/models", get(models::list));
+        .route("/v1/models", get(models::list))
+        .route("/", get(page::index))
+        .route("/page.css", get(page::style))
+        .route("/page.js", get(page::script));
     let protected = Router::new()
         .route("/v1/chat/completions", post(chat::handle))
         .route("/chat/completions", post(chat::handle))
