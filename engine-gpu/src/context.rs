@@ -1,13 +1,25 @@
-//! The device: adapter choice, its real limits, optional features, and error capture.
+//! The device: adapter choice, its real limits (or WebGPU's defaults), optional features,
+//! and error capture.
+//!
+//! Creating one is asynchronous ([`GpuContext::new_async`]): a browser tab cannot block on
+//! the GPU, so there the future is awaited by the page's executor; natively
+//! [`GpuContext::new`] blocks on it with `pollster`. Nothing in a browser ever waits:
+//! [`GpuContext::wait`] is [`GpuError::WouldBlock`] there.
 
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::{Duration, Instant};
 
 use crate::GpuError;
 
 /// How long [`GpuContext::wait_mapped`] polls for a mapping's callback.
+#[cfg(not(target_arch = "wasm32"))]
 const MAP_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether this build may block on the GPU: natively yes; in a browser tab (wasm32) no, since
+/// a mapping resolves only when the page's event loop runs, after the Rust call returns.
+pub(crate) const CAN_WAIT: bool = !cfg!(target_arch = "wasm32");
 
 /// The variables with which a user configures Mesa's Vulkan device selection.
 const DEVICE_SELECT_VARS: [&str; 4] =
@@ -27,7 +39,8 @@ const DEVICE_SELECT_VARS: [&str; 4] =
 /// `DRI_PRIME` set), this turns it off for the process with its own switch,
 /// `NODEVICE_SELECT=1`. Returns whether it did.
 pub fn quiet_display_probing() -> bool {
-    if DEVICE_SELECT_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+    // A browser has no environment to set (and no Mesa).
+    if cfg!(target_arch = "wasm32") || DEVICE_SELECT_VARS.iter().any(|v| std::env::var_os(v).is_some()) {
         return false;
     }
     std::env::set_var("NODEVICE_SELECT", "1");
@@ -47,6 +60,17 @@ pub struct GpuOptions {
     /// a binding are bound as row windows; tests set a small cap to exercise that path
     /// without allocating hundreds of megabytes.
     pub max_binding: Option<u64>,
+    /// Caps the bytes of one buffer below the device's `max_buffer_size` (rounded down to
+    /// whole words): a tensor part larger than a buffer is `GpuError::TooLarge`. The binding
+    /// size is capped by it too.
+    pub max_buffer: Option<u64>,
+    /// Request WebGPU's default limits (`wgpu::Limits::default()`: 128 MiB per storage
+    /// binding, 256 MiB per buffer, 8 storage buffers per stage, ...; lowered where the
+    /// adapter has less) instead of the adapter's own, as a page that asks for nothing more
+    /// gets them. Off by default, natively and in a browser; the environment variable
+    /// `PUREBEE_GPU_DEFAULT_LIMITS=1` turns it on (natively), to check that a model loads
+    /// and runs within them.
+    pub default_limits: bool,
     /// Run the compiler's fusion pass (`fuse/`): fused kernels for the patterns it
     /// matches. `false` compiles every instruction to its own kernels (as does the
     /// environment variable `PUREBEE_GPU_NO_FUSE=1`); tests compare the two.
@@ -69,6 +93,8 @@ impl Default for GpuOptions {
             allow_cpu_adapter: true,
             use_subgroups: true,
             max_binding: None,
+            max_buffer: None,
+            default_limits: false,
             fuse: true,
             gpu_kernels: false,
             held_norm: false,
@@ -107,6 +133,8 @@ pub struct GpuContext {
     pub(crate) caps: Capabilities,
     /// `GpuOptions::max_binding`.
     binding_cap: Option<u64>,
+    /// `GpuOptions::max_buffer`.
+    buffer_cap: Option<u64>,
     /// `GpuOptions::fuse`, unless `PUREBEE_GPU_NO_FUSE=1`.
     pub(crate) fuse: bool,
     /// `PUREBEE_GPU_POISON_WORKGROUP=1`: every shader module's workgroup variables are filled
@@ -119,34 +147,30 @@ pub struct GpuContext {
 
 impl GpuContext {
     /// Opens the best adapter: a discrete GPU, else an integrated or virtual one, else (when
-    /// allowed) a CPU adapter. Requests the adapter's own limits, not WebGPU's defaults.
+    /// allowed) a CPU adapter. Requests the adapter's own limits, not WebGPU's defaults
+    /// (unless [`GpuOptions::default_limits`]). Blocks on [`GpuContext::new_async`]; not in a
+    /// browser, where only the async constructor exists.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(options: &GpuOptions) -> Result<GpuContext, GpuError> {
-        // Vulkan, Metal and DX12 first; GL only when none of them has an adapter (GL is the
-        // slowest backend for compute, and probing it opens display connections).
-        let adapters_of = |backends: wgpu::Backends| {
-            let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-            desc.backends &= backends;
-            pollster::block_on(wgpu::Instance::new(desc).enumerate_adapters(backends))
-        };
-        let mut adapters = adapters_of(wgpu::Backends::PRIMARY);
-        if adapters.is_empty() {
-            adapters = adapters_of(wgpu::Backends::GL);
-        }
-        let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
-            wgpu::DeviceType::DiscreteGpu => 0,
-            wgpu::DeviceType::IntegratedGpu => 1,
-            wgpu::DeviceType::VirtualGpu => 2,
-            wgpu::DeviceType::Other => 3,
-            wgpu::DeviceType::Cpu => 4,
-        };
-        let adapter = adapters
-            .into_iter()
-            .filter(|a| options.allow_cpu_adapter || a.get_info().device_type != wgpu::DeviceType::Cpu)
-            .min_by_key(|a| (rank(a), a.get_info().backend != wgpu::Backend::Vulkan))
-            .ok_or(GpuError::NoAdapter)?;
+        pollster::block_on(GpuContext::new_async(options))
+    }
+
+    /// [`GpuContext::new`] as a future: the constructor for a browser tab, whose page awaits
+    /// it (`wasm_bindgen_futures`). There the adapter is the one `navigator.gpu` gives for
+    /// high performance (a page cannot enumerate adapters), and the portable kernels are
+    /// used (the browser's WGSL would need `enable subgroups;`, which naga rejects, and
+    /// WebGPU's subgroups have no `subgroup_id`); no timestamp queries are requested.
+    pub async fn new_async(options: &GpuOptions) -> Result<GpuContext, GpuError> {
+        let adapter = choose_adapter(options).await?;
         let info = adapter.get_info();
-        let limits = adapter.limits();
-        let portable = std::env::var("PUREBEE_GPU_PORTABLE").is_ok_and(|v| v == "1");
+        let default_limits = options.default_limits || env_on("PUREBEE_GPU_DEFAULT_LIMITS");
+        let limits = if default_limits {
+            // Lowered where the adapter has less (a GL adapter may), so the request succeeds.
+            wgpu::Limits::default().or_worse_values_from(&adapter.limits())
+        } else {
+            adapter.limits()
+        };
+        let portable = cfg!(target_arch = "wasm32") || env_on("PUREBEE_GPU_PORTABLE");
         let subgroups = options.use_subgroups && !portable && adapter.features().contains(wgpu::Features::SUBGROUP);
         let mut features = wgpu::Features::empty();
         if subgroups {
@@ -154,20 +178,23 @@ impl GpuContext {
         }
         // Requested only where the adapter has them; costs nothing until a profile uses them.
         // `PUREBEE_GPU_NO_TIMESTAMPS=1` acts as an adapter without them (for tests).
-        let no_timestamps = std::env::var("PUREBEE_GPU_NO_TIMESTAMPS").is_ok_and(|v| v == "1");
+        // In a browser a timed profile would have to wait for its timestamps: not requested.
+        let no_timestamps = cfg!(target_arch = "wasm32") || env_on("PUREBEE_GPU_NO_TIMESTAMPS");
         let timestamps = !no_timestamps && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY);
         if timestamps {
             features |= wgpu::Features::TIMESTAMP_QUERY;
         }
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("purebee"),
-            required_features: features,
-            required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
-            memory_hints: wgpu::MemoryHints::Performance,
-            trace: wgpu::Trace::Off,
-        }))
-        .map_err(|e| GpuError::Device { adapter: info.name.clone(), reason: e.to_string() })?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("purebee"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| GpuError::Device { adapter: info.name.clone(), reason: e.to_string() })?;
         let errors = Arc::new(Mutex::new(Vec::new()));
         let sink = errors.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -181,16 +208,16 @@ impl GpuContext {
                 v.push(format!("device lost ({reason:?}): {message}"));
             }
         });
-        let gpu_kernels = options.gpu_kernels || std::env::var("PUREBEE_GPU_KERNELS_AS_GPU").is_ok_and(|v| v == "1");
+        let gpu_kernels = options.gpu_kernels || env_on("PUREBEE_GPU_KERNELS_AS_GPU");
         let caps = Capabilities {
             subgroups,
             min_subgroup_size: if subgroups { info.subgroup_min_size } else { 0 },
             timestamps,
             cpu: info.device_type == wgpu::DeviceType::Cpu && !gpu_kernels,
-            held_norm: options.held_norm || std::env::var("PUREBEE_GPU_HELD_NORM").is_ok_and(|v| v == "1"),
+            held_norm: options.held_norm || env_on("PUREBEE_GPU_HELD_NORM"),
         };
-        let fuse = options.fuse && !std::env::var("PUREBEE_GPU_NO_FUSE").is_ok_and(|v| v == "1");
-        let poison_workgroup = std::env::var("PUREBEE_GPU_POISON_WORKGROUP").is_ok_and(|v| v == "1");
+        let fuse = options.fuse && !env_on("PUREBEE_GPU_NO_FUSE");
+        let poison_workgroup = env_on("PUREBEE_GPU_POISON_WORKGROUP");
         Ok(GpuContext {
             device,
             queue,
@@ -198,6 +225,7 @@ impl GpuContext {
             limits,
             caps,
             binding_cap: options.max_binding,
+            buffer_cap: options.max_buffer,
             fuse,
             poison_workgroup,
             errors,
@@ -214,16 +242,23 @@ impl GpuContext {
         self.caps
     }
 
-    /// The largest buffer the device can hold (a tensor larger than one binding is bound as
+    /// The largest buffer the engine creates: the device's `max_buffer_size` or
+    /// `GpuOptions::max_buffer`, in whole words (a tensor larger than one binding is bound as
     /// several windows).
     pub(crate) fn max_buffer(&self) -> u64 {
-        self.limits.max_buffer_size
+        let limit = self.buffer_cap.map_or(self.limits.max_buffer_size, |cap| cap.min(self.limits.max_buffer_size));
+        limit / 4 * 4
     }
 
-    /// The largest buffer one binding may address.
+    /// The largest buffer one binding may address (at most [`GpuContext::max_buffer`]).
     pub(crate) fn max_binding(&self) -> u64 {
-        let limit = self.limits.max_storage_buffer_binding_size.min(self.limits.max_buffer_size);
+        let limit = self.limits.max_storage_buffer_binding_size.min(self.max_buffer());
         self.binding_cap.map_or(limit, |cap| cap.min(limit))
+    }
+
+    /// The limits the device was created with.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
     }
 
     /// Fails with the first error wgpu reported since the last check.
@@ -237,16 +272,30 @@ impl GpuContext {
         Err(GpuError::Wgpu(first))
     }
 
-    /// Waits for every submitted command to finish.
-    pub(crate) fn wait(&self) -> Result<(), GpuError> {
+    /// Waits for every submitted command to finish; in a browser, where nothing may wait,
+    /// [`GpuError::WouldBlock`] naming `op`.
+    pub(crate) fn wait(&self, op: &'static str) -> Result<(), GpuError> {
+        if !CAN_WAIT {
+            return Err(GpuError::WouldBlock { op });
+        }
         self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| GpuError::Wgpu(e.to_string()))?;
         self.check()
+    }
+
+    /// Lets the device make progress without waiting, so that mapping callbacks whose
+    /// commands have finished run (natively; a browser runs them from its event loop).
+    pub(crate) fn poll(&self) -> Result<(), GpuError> {
+        if CAN_WAIT {
+            self.device.poll(wgpu::PollType::Poll).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// After a wait for the submission that a `map_async` follows, its callback's result
     /// (`what` names the buffer in errors). The callback normally ran in that wait; if not,
     /// the device is polled (without blocking) until it runs, and after [`MAP_WAIT`] it is a
     /// typed error rather than a hang (a blocking `recv` would wait forever).
+    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn wait_mapped(
         &self,
         mapped: &Receiver<Result<(), wgpu::BufferAsyncError>>,
@@ -271,5 +320,86 @@ impl GpuContext {
                 }
             }
         }
+    }
+}
+
+/// In a browser, which cannot wait: a mapping callback's result if it has run, else
+/// [`GpuError::WouldBlock`] (`what` names the buffer in errors).
+#[cfg(target_arch = "wasm32")]
+impl GpuContext {
+    pub(crate) fn wait_mapped(
+        &self,
+        mapped: &Receiver<Result<(), wgpu::BufferAsyncError>>,
+        what: &str,
+    ) -> Result<(), GpuError> {
+        match mapped.try_recv() {
+            Ok(r) => r.map_err(|e| GpuError::Wgpu(format!("mapping {what} for reading: {e}"))),
+            Err(TryRecvError::Disconnected) => {
+                Err(GpuError::Wgpu(format!("mapping {what} for reading: the callback was dropped")))
+            }
+            Err(TryRecvError::Empty) => Err(GpuError::WouldBlock { op: "mapping a buffer for reading" }),
+        }
+    }
+}
+
+/// Whether environment variable `name` is `1` (never in a browser, which has none).
+fn env_on(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "1")
+}
+
+/// Natively: every adapter of Vulkan, Metal and DX12 (GL only when none of them has one),
+/// the best by [`rank`] among those `options` allow.
+#[cfg(not(target_arch = "wasm32"))]
+async fn choose_adapter(options: &GpuOptions) -> Result<wgpu::Adapter, GpuError> {
+    // GL only when none of the others has an adapter (GL is the slowest backend for compute,
+    // and probing it opens display connections).
+    let adapters_of = |backends: wgpu::Backends| {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        desc.backends &= backends;
+        wgpu::Instance::new(desc).enumerate_adapters(backends)
+    };
+    let mut adapters = adapters_of(wgpu::Backends::PRIMARY).await;
+    if adapters.is_empty() {
+        adapters = adapters_of(wgpu::Backends::GL).await;
+    }
+    adapters
+        .into_iter()
+        .filter(|a| allowed(options, a))
+        .min_by_key(|a| (rank(a), a.get_info().backend != wgpu::Backend::Vulkan))
+        .ok_or(GpuError::NoAdapter)
+}
+
+/// In a browser: the adapter `navigator.gpu` gives for high performance (a page cannot
+/// enumerate adapters), if `options` allow it.
+#[cfg(target_arch = "wasm32")]
+async fn choose_adapter(options: &GpuOptions) -> Result<wgpu::Adapter, GpuError> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::BROWSER_WEBGPU;
+    let request = wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..wgpu::RequestAdapterOptions::default()
+    };
+    let adapter = wgpu::Instance::new(desc).request_adapter(&request).await.map_err(|_| GpuError::NoAdapter)?;
+    if allowed(options, &adapter) {
+        Ok(adapter)
+    } else {
+        Err(GpuError::NoAdapter)
+    }
+}
+
+/// Whether `options` accept the adapter (a CPU adapter only when allowed).
+fn allowed(options: &GpuOptions, adapter: &wgpu::Adapter) -> bool {
+    options.allow_cpu_adapter || adapter.get_info().device_type != wgpu::DeviceType::Cpu
+}
+
+/// Lower is better: discrete, integrated, virtual, other, CPU.
+#[cfg(not(target_arch = "wasm32"))]
+fn rank(adapter: &wgpu::Adapter) -> u8 {
+    match adapter.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
     }
 }

@@ -7,10 +7,11 @@ use std::sync::mpsc;
 use purebee_isa::{
     DispatchCounters, Engine, ExecError, KernelProfile, ParamValue, PendingRead, ProfileSupport, Program,
 };
-use purebee_memory::{MemoryError, Registry, TensorId};
+use purebee_memory::{MemoryError, Registry, TensorDesc, TensorId};
 
 use crate::cache::Lru;
 use crate::compile::{compile, Compiled, Step};
+use crate::context::CAN_WAIT;
 use crate::host_index::HostCopies;
 use crate::kernels::{layout, ScratchKey};
 use crate::pipelines::PipelineCache;
@@ -23,17 +24,67 @@ use crate::{GpuContext, GpuError, GpuOptions};
 /// abandoned (a caller that drops a `PendingRead` never finishes it).
 const MAX_READS_IN_FLIGHT: usize = 8;
 
-/// A GRID_READ in flight (`Engine::read_later`): its staging buffer, the submission that
-/// copies into it, and the result of mapping it.
+/// A GRID_READ in flight (`Engine::read_later`): a staging buffer per buffer of the tensor
+/// (one, unless it is ternary), the submission that copies into them, and how
+/// their bytes make the tensor's.
 struct InFlightRead {
     ticket: u64,
+    staged: Vec<Staged>,
+    assembly: Assembly,
+    submission: wgpu::SubmissionIndex,
+}
+
+/// One staging buffer of a read in flight.
+struct Staged {
     /// Reused from earlier reads, so possibly larger than this read: only its first
     /// `copied` bytes are copied and mapped.
     staging: wgpu::Buffer,
     copied: u64,
-    len: usize,
-    submission: wgpu::SubmissionIndex,
+    /// The mapping callback's result, once it has run: taken from `mapped` by
+    /// `Engine::read_ready` (or a native `finish_read`, which may wait for it).
     mapped: mpsc::Receiver<Result<(), wgpu::BufferAsyncError>>,
+    outcome: Option<Result<(), String>>,
+}
+
+impl Staged {
+    /// Takes the mapping's result if its callback has run; true once it is known.
+    fn poll(&mut self) -> bool {
+        if self.outcome.is_none() {
+            self.outcome = match self.mapped.try_recv() {
+                Ok(r) => Some(r.map_err(|e| e.to_string())),
+                Err(mpsc::TryRecvError::Empty) => None,
+                Err(mpsc::TryRecvError::Disconnected) => Some(Err("the callback was dropped".to_string())),
+            };
+        }
+        self.outcome.is_some()
+    }
+}
+
+/// How the bytes of a tensor's buffers, in order (one per part), make its
+/// file-layout bytes (GRID_READ).
+struct Assembly {
+    /// The tensor's size in its file layout.
+    len: usize,
+    /// The number of buffers of each part, in order.
+    buffers_per_part: Vec<usize>,
+    /// A ternary tensor's description: its parts are repacked (`kernels::layout`).
+    ternary: Option<TensorDesc>,
+}
+
+impl Assembly {
+    /// The file-layout bytes of the tensor from the bytes of each of its buffers, in order.
+    fn file_bytes(&self, mut chunks: Vec<Vec<u8>>) -> Result<Vec<u8>, GpuError> {
+        let Some(desc) = &self.ternary else {
+            // The file's bytes, padded, in one buffer: no copy.
+            let mut bytes = if chunks.len() == 1 { chunks.pop().unwrap_or_default() } else { chunks.concat() };
+            bytes.truncate(self.len);
+            return Ok(bytes);
+        };
+        let mut chunks = chunks.into_iter();
+        let parts: Vec<Vec<u8>> =
+            self.buffers_per_part.iter().map(|&n| chunks.by_ref().take(n).flatten().collect()).collect();
+        layout::file_bytes(desc, &parts)
+    }
 }
 
 /// Compiled programs kept at most (the least recently run beyond it are dropped, with their
@@ -83,10 +134,22 @@ pub struct GpuEngine {
 }
 
 impl GpuEngine {
-    /// Opens a device (see [`GpuContext::new`]).
+    /// Opens a device (see [`GpuContext::new`]), blocking until it exists. Not in a browser:
+    /// there, await [`GpuEngine::new_async`].
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new(options: &GpuOptions) -> Result<GpuEngine, GpuError> {
-        Ok(GpuEngine {
-            ctx: GpuContext::new(options)?,
+        pollster::block_on(GpuEngine::new_async(options))
+    }
+
+    /// Opens a device (see [`GpuContext::new_async`]): the constructor a browser tab awaits.
+    pub async fn new_async(options: &GpuOptions) -> Result<GpuEngine, GpuError> {
+        Ok(GpuEngine::with_context(GpuContext::new_async(options).await?))
+    }
+
+    /// An engine on an open device.
+    fn with_context(ctx: GpuContext) -> GpuEngine {
+        GpuEngine {
+            ctx,
             memory: Registry::new(),
             store: TensorStore::default(),
             pipelines: PipelineCache::default(),
@@ -100,7 +163,7 @@ impl GpuEngine {
             next_ticket: 0,
             spare_staging: Vec::new(),
             profiler: Profiler::default(),
-        })
+        }
     }
 
     /// The device in use.
@@ -153,8 +216,12 @@ impl GpuEngine {
         })
     }
 
-    /// Copies a whole buffer back to the host (through the reusable staging buffer).
-    fn read_buffer(&mut self, src: &wgpu::Buffer, what: &str) -> Result<Vec<u8>, GpuError> {
+    /// Copies a whole buffer back to the host (through the reusable staging buffer), waiting
+    /// for it: [`GpuError::WouldBlock`] naming `op` in a browser, before anything is done.
+    fn read_buffer(&mut self, src: &wgpu::Buffer, what: &str, op: &'static str) -> Result<Vec<u8>, GpuError> {
+        if !CAN_WAIT {
+            return Err(GpuError::WouldBlock { op });
+        }
         let size = src.size();
         if self.staging.as_ref().is_none_or(|s| s.size() < size) {
             self.staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -174,7 +241,7 @@ impl GpuEngine {
         staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
             let _ = tx.send(r);
         });
-        self.ctx.wait()?;
+        self.ctx.wait(op)?;
         self.ctx.wait_mapped(&rx, &format!("'{what}'"))?;
         let out = {
             let view = staging.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
@@ -196,7 +263,7 @@ impl GpuEngine {
             .and_then(|c| c.scratch.get(&key))
             .cloned()
             .ok_or_else(|| GpuError::Wgpu(format!("program '{}' has no scratch buffer {key:?}", program.name())))?;
-        Ok(self.read_buffer(&buffer, &format!("scratch {key:?}"))?)
+        Ok(self.read_buffer(&buffer, &format!("scratch {key:?}"), "reading a scratch buffer")?)
     }
 
     /// The kernels a run of `program` dispatches, in order, as `file:entry` (for example
@@ -225,6 +292,19 @@ impl GpuEngine {
     /// a FREE of it).
     pub fn programs_binding(&self, tensor: TensorId) -> usize {
         self.compiled.values().filter(|c| c.bound.iter().any(|&(id, _)| id == tensor)).count()
+    }
+
+    /// A live tensor's buffers in order (created now if missing) and how to rebuild its bytes
+    /// from theirs.
+    fn read_plan(&mut self, op: &'static str, id: TensorId) -> Result<(Vec<wgpu::Buffer>, Assembly), ExecError> {
+        self.live(op, id)?;
+        let len = self.byte_len(op, id)?;
+        let desc = self.memory.desc(id).map_err(|source| ExecError::Memory { op, source })?;
+        let ternary = desc.dtype.is_ternary().then(|| desc.clone());
+        let t = self.store.ensure(&self.ctx, &self.memory, id)?;
+        let buffers = t.parts.clone();
+        let buffers_per_part = vec![1; t.parts.len()];
+        Ok((buffers, Assembly { len, buffers_per_part, ternary }))
     }
 
     fn byte_len(&self, op: &'static str, id: TensorId) -> Result<usize, ExecError> {
@@ -406,30 +486,27 @@ impl Engine for GpuEngine {
         Ok(())
     }
 
+    /// Waits for the bytes: natively only (in a browser, `GpuError::WouldBlock`: use
+    /// `read_later`, `read_ready`, `finish_read`).
     fn read(&mut self, tensor: TensorId) -> Result<Vec<u8>, ExecError> {
         const OP: &str = "GRID_READ";
-        self.live(OP, tensor)?;
-        let len = self.byte_len(OP, tensor)?;
-        let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
-        let parts: Vec<wgpu::Buffer> = t.parts.clone();
-        let desc = self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?.clone();
-        if desc.dtype.is_ternary() {
-            // Repacked on the GPU: read every part and rebuild the file layout.
-            let mut bytes = Vec::with_capacity(parts.len());
-            for part in &parts {
-                bytes.push(self.read_buffer(part, &desc.name)?);
-            }
-            return Ok(layout::file_bytes(&desc, &bytes)?);
+        if !CAN_WAIT {
+            return Err(GpuError::WouldBlock { op: "GRID_READ (Engine::read)" }.into());
         }
-        let Some(src) = parts.first() else { return Ok(Vec::new()) };
-        let mut out = self.read_buffer(src, &desc.name)?;
-        out.truncate(len);
-        Ok(out)
+        let (buffers, assembly) = self.read_plan(OP, tensor)?;
+        let name = self.memory.name(tensor).to_string();
+        let mut chunks = Vec::with_capacity(buffers.len());
+        for buffer in &buffers {
+            chunks.push(self.read_buffer(buffer, &name, OP)?);
+        }
+        Ok(assembly.file_bytes(chunks)?)
     }
 
+    /// Natively waits for everything submitted; in a browser submits it and fails with
+    /// `GpuError::WouldBlock` (nothing may wait there).
     fn sync(&mut self) -> Result<(), ExecError> {
         self.flush();
-        self.ctx.wait().map_err(ExecError::from)
+        self.ctx.wait("SYNC").map_err(ExecError::from)
     }
 
     fn read_later(&mut self, tensor: TensorId) -> Result<PendingRead, ExecError> {
@@ -438,53 +515,41 @@ impl Engine for GpuEngine {
     }
 
     /// Every copy in one command buffer and one submission (with the programs not yet
-    /// submitted).
+    /// submitted), each buffer of a tensor (two when it is ternary) into a
+    /// staging buffer of its own; nothing waits.
     fn read_later_all(&mut self, tensors: &[TensorId]) -> Result<Vec<PendingRead>, ExecError> {
         const OP: &str = "GRID_READ";
         let mut encoder =
             self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("GRID_READ later") });
-        // Per tensor: the bytes now (repacked or empty tensors, rebuilt on the host), or the
-        // staging buffer its copy goes to, the bytes copied and the tensor's length.
-        let mut reads: Vec<Result<Vec<u8>, (wgpu::Buffer, u64, usize)>> = Vec::with_capacity(tensors.len());
+        // Per tensor: its staging buffers with the bytes copied to each, and its assembly.
+        let mut reads: Vec<(Vec<(wgpu::Buffer, u64)>, Assembly)> = Vec::with_capacity(tensors.len());
         for &tensor in tensors {
-            self.live(OP, tensor)?;
-            let len = self.byte_len(OP, tensor)?;
-            let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
-            let ternary =
-                self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?.dtype.is_ternary();
-            let src = match t.parts.as_slice() {
-                [only] if !ternary => only.clone(),
-                _ => {
-                    reads.push(Ok(self.read(tensor)?));
-                    continue;
-                }
-            };
-            let staging = self.staging_buffer(src.size());
-            encoder.copy_buffer_to_buffer(&src, 0, &staging, 0, src.size());
-            reads.push(Err((staging, src.size(), len)));
-        }
-        if reads.iter().all(Result::is_ok) {
-            // Nothing to copy: no submit.
-            return Ok(reads.into_iter().filter_map(Result::ok).map(PendingRead::ready).collect());
+            let (buffers, assembly) = self.read_plan(OP, tensor)?;
+            let mut copies = Vec::with_capacity(buffers.len());
+            for src in buffers {
+                let staging = self.staging_buffer(src.size());
+                encoder.copy_buffer_to_buffer(&src, 0, &staging, 0, src.size());
+                copies.push((staging, src.size()));
+            }
+            reads.push((copies, assembly));
         }
         let submission = self.submit(Some(encoder.finish()));
         let mut pending = Vec::with_capacity(reads.len());
-        for read in reads {
-            let (staging, copied, len) = match read {
-                Ok(bytes) => {
-                    pending.push(PendingRead::ready(bytes));
-                    continue;
-                }
-                Err(copy) => copy,
-            };
-            let (tx, mapped) = mpsc::channel();
-            staging.map_async(wgpu::MapMode::Read, 0..copied, move |r| {
-                let _ = tx.send(r);
-            });
+        for (copies, assembly) in reads {
+            let staged = copies
+                .into_iter()
+                .map(|(staging, copied)| {
+                    let (tx, mapped) = mpsc::channel();
+                    staging.map_async(wgpu::MapMode::Read, 0..copied, move |r| {
+                        let _ = tx.send(r);
+                    });
+                    Staged { staging, copied, mapped, outcome: None }
+                })
+                .collect();
             let ticket = self.next_ticket;
             self.next_ticket += 1;
             let submission = submission.clone();
-            self.reads_in_flight.push_back(InFlightRead { ticket, staging, copied, len, submission, mapped });
+            self.reads_in_flight.push_back(InFlightRead { ticket, staged, assembly, submission });
             while self.reads_in_flight.len() > MAX_READS_IN_FLIGHT {
                 self.reads_in_flight.pop_front();
             }
@@ -494,29 +559,62 @@ impl Engine for GpuEngine {
         Ok(pending)
     }
 
+    /// Never waits when [`Engine::read_ready`] said the read is ready. Otherwise natively
+    /// waits for the read's submission; in a browser fails with `GpuError::WouldBlock` and
+    /// keeps the read in flight (`PendingRead::ticket` of the same ticket finishes it later).
     fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
         let ticket = match pending.into_parts() {
             Ok(bytes) => return Ok(bytes),
             Err(ticket) => ticket,
         };
         let i = self.reads_in_flight.iter().position(|r| r.ticket == ticket);
-        let Some(read) = i.and_then(|i| self.reads_in_flight.remove(i)) else {
+        let Some(mut read) = i.and_then(|i| self.reads_in_flight.remove(i)) else {
             return Err(ExecError::UnknownRead { ticket });
         };
-        let wait = wgpu::PollType::Wait { submission_index: Some(read.submission), timeout: None };
-        self.ctx.device.poll(wait).map_err(|e| GpuError::Wgpu(e.to_string()))?;
-        self.ctx.check()?;
-        self.ctx.wait_mapped(&read.mapped, "a read for the host")?;
-        let mut bytes = {
-            let view = read.staging.get_mapped_range(..read.copied).map_err(|e| GpuError::Wgpu(e.to_string()))?;
-            view.to_vec()
-        };
-        read.staging.unmap();
-        bytes.truncate(read.len);
-        if self.spare_staging.len() < MAX_READS_IN_FLIGHT {
-            self.spare_staging.push(read.staging);
+        if !read.staged.iter_mut().all(|s| s.poll()) {
+            if !CAN_WAIT {
+                self.reads_in_flight.push_back(read);
+                return Err(GpuError::WouldBlock { op: "finish_read of a read that is not ready" }.into());
+            }
+            let wait = wgpu::PollType::Wait { submission_index: Some(read.submission.clone()), timeout: None };
+            self.ctx.device.poll(wait).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+            for s in read.staged.iter_mut().filter(|s| s.outcome.is_none()) {
+                s.outcome = Some(self.ctx.wait_mapped(&s.mapped, "a read for the host").map_err(|e| e.to_string()));
+            }
         }
-        Ok(bytes)
+        self.ctx.check()?;
+        let mut chunks = Vec::with_capacity(read.staged.len());
+        for s in &read.staged {
+            if let Some(Err(e)) = &s.outcome {
+                return Err(GpuError::Wgpu(format!("mapping a read for the host: {e}")).into());
+            }
+            let view = s.staging.get_mapped_range(..s.copied).map_err(|e| GpuError::Wgpu(e.to_string()))?;
+            chunks.push(view.to_vec());
+        }
+        for s in read.staged {
+            s.staging.unmap();
+            if self.spare_staging.len() < MAX_READS_IN_FLIGHT {
+                self.spare_staging.push(s.staging);
+            }
+        }
+        Ok(read.assembly.file_bytes(chunks)?)
+    }
+
+    /// Natively polls the device once (without waiting) so that finished copies' mappings
+    /// resolve; in a browser they resolve when its event loop runs. Then takes each mapping
+    /// callback's result, if it has run, without blocking. An unknown ticket is ready (its
+    /// `finish_read` fails at once).
+    fn read_ready(&mut self, pending: &PendingRead) -> bool {
+        let Some(ticket) = pending.ticket_number() else { return true };
+        if !self.reads_in_flight.iter().any(|r| r.ticket == ticket) {
+            return true;
+        }
+        if self.ctx.poll().is_err() {
+            // A lost device: finish_read reports it.
+            return true;
+        }
+        let read = self.reads_in_flight.iter_mut().find(|r| r.ticket == ticket);
+        read.is_none_or(|r| r.staged.iter_mut().all(Staged::poll))
     }
 
     fn reads_overlap(&self) -> bool {

@@ -7,8 +7,8 @@ use purebee_isa::ExecError;
 pub enum GpuError {
     /// No adapter: no GPU, or no driver for one.
     #[error(
-        "no GPU adapter found (wgpu backends: Vulkan, Metal, DX12, GL). On Linux without a GPU, install Mesa's \
-         software Vulkan driver: `apt-get install -y mesa-vulkan-drivers`"
+        "no GPU adapter found (wgpu backends: Vulkan, Metal, DX12, GL; in a browser, WebGPU's navigator.gpu). On \
+         Linux without a GPU, install Mesa's software Vulkan driver: `apt-get install -y mesa-vulkan-drivers`"
     )]
     NoAdapter,
     /// The device could not be created with the limits or features needed.
@@ -42,13 +42,25 @@ pub enum GpuError {
     /// before a run (`host_index.rs`), from what `Engine::write`, GRID_WRITE or GRID_ALLOC
     /// put there, and a kernel wrote this one (or it is too large to keep).
     #[error(
-        "{op}: the GPU engine checks the indices in '{tensor}' on the host before it runs, but a kernel wrote          them (or they are too many to keep): write them with GRID_WRITE or from the host"
+        "{op}: the GPU engine checks the indices in '{tensor}' on the host before it runs, but a kernel wrote \
+         them (or they are too many to keep): write them with GRID_WRITE or from the host"
     )]
     IndicesUnknown {
         /// The instruction.
         op: &'static str,
         /// The index tensor.
         tensor: String,
+    },
+    /// An operation that would have to wait for the GPU, in a browser tab: there a mapping
+    /// resolves only when the page's event loop runs, after the call returns, so nothing may
+    /// block (a read, a sync, a read later not yet ready, a timed profile).
+    #[error(
+        "{op}: a browser tab cannot wait for the GPU; read with read_later, yield to the event loop until \
+         read_ready is true, then finish_read"
+    )]
+    WouldBlock {
+        /// What would have waited.
+        op: &'static str,
     },
     /// A validation or out-of-memory error wgpu reported, or a lost device.
     #[error("wgpu: {0}")]

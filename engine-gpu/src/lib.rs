@@ -1,11 +1,20 @@
 //! # purebee-engine-gpu: the wgpu engine
 //!
-//! Every ISA instruction as a WGSL compute kernel, through wgpu (Vulkan, Metal, DX12, GL).
-//! A [`GpuEngine`] keeps one GPU buffer per tensor; weights are uploaded once, packed as
-//! their file stores them (or repacked once into one documented GPU layout), never
-//! expanded to f32. A program is compiled once, on its first run: buffers, bind groups and
-//! pipelines are created then; every later run records all of its dispatches into one
-//! command encoder, writes the few bytes of its run-time parameters, and submits once.
+//! Every ISA instruction as a WGSL compute kernel, through wgpu (Vulkan, Metal, DX12, GL;
+//! in a browser tab, built for wasm32, the page's WebGPU). A [`GpuEngine`] keeps one GPU
+//! buffer per tensor; weights are uploaded once, packed as their file stores them (or
+//! repacked once into one documented GPU layout), never expanded to f32. A program is
+//! compiled once, on its first run: buffers, bind groups and pipelines are created then;
+//! every later run records all of its dispatches into one command encoder, writes the few
+//! bytes of its run-time parameters, and submits once.
+//!
+//! **In a browser** nothing may block: a mapping resolves only when the page's event loop
+//! runs. The engine is created with [`GpuEngine::new_async`] (natively [`GpuEngine::new`]
+//! blocks on it), and the page reads with `Engine::read_later`, yields to its event loop
+//! until `Engine::read_ready` is true, then calls `Engine::finish_read`, which then does not
+//! wait. Whatever would wait there (`Engine::read`, `Engine::sync`, finishing a read that is
+//! not ready) is [`GpuError::WouldBlock`]; writes and weight uploads go through the queue and
+//! never wait.
 //!
 //! Each kernel lives in `kernels/` as a `.wgsl` file beside the Rust that dispatches it,
 //! with its parameters in a `#[repr(C)]` Pod struct that mirrors the WGSL struct.
@@ -32,3 +41,10 @@ pub use context::{quiet_display_probing, GpuContext, GpuOptions};
 pub use engine::{GpuEngine, COMPILED_PROGRAMS};
 pub use error::GpuError;
 pub use kernels::ScratchKey;
+
+// The loader boxes engines as `dyn Engine + Send`, natively and in a browser (where wgpu's
+// handles are marked Send: a wasm build without atomics has one thread).
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<GpuEngine>();
+};

@@ -293,7 +293,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
         ctx.queue.submit([encoder.finish()]);
         let (tx, rx) = std::sync::mpsc::channel();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| tx.send(r).unwrap_or(()));
-        ctx.wait().expect("the dispatch runs");
+        ctx.wait("test").expect("the dispatch runs");
         ctx.wait_mapped(&rx, "out").expect("out maps");
         let view = staging.get_mapped_range(0..size).expect("out's view");
         let words: Vec<u32> = bytemuck::cast_slice(&view).to_vec();

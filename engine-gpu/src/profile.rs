@@ -164,7 +164,8 @@ impl Profiler {
         readback.map_async(wgpu::MapMode::Read, 0..size, move |r| {
             let _ = tx.send(r);
         });
-        ctx.wait()?;
+        // Never in a browser, where no timestamps are requested (it would be WouldBlock).
+        ctx.wait("reading a timed profile's timestamps")?;
         ctx.wait_mapped(&rx, "the profile's timestamps")?;
         let ticks = {
             let view = readback.get_mapped_range(0..size).map_err(|e| GpuError::Wgpu(e.to_string()))?;
