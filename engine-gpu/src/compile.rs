@@ -20,9 +20,9 @@ use crate::{GpuContext, GpuError};
 pub(crate) enum Step {
     /// GRID_ALLOC: zero the tensor's buffers.
     Clear(TensorId),
-    /// GRID_WRITE of constant data: copy buffer `i` (made at compile time, in the tensor's
-    /// GPU layout) into part `i` of the tensor.
-    Copy { srcs: Vec<wgpu::Buffer>, dst: TensorId },
+    /// GRID_WRITE of constant data: copy each buffer (made at compile time, in the tensor's
+    /// GPU layout) into shard `.2` of part `.1` of the tensor.
+    Copy { srcs: Vec<(wgpu::Buffer, usize, usize)>, dst: TensorId },
     /// A kernel dispatch; `kernel` (shader file and entry point) names its family for
     /// profiles, and `read_bytes` is what profiles count as the bytes it reads: the size of
     /// every storage binding its entry point loads from (the bound window of a tensor,
@@ -149,13 +149,23 @@ pub(crate) fn compile(
                 bind(store, w.tensor)?;
                 let desc = reg.desc(w.tensor).map_err(|e| GpuError::Wgpu(e.to_string()))?;
                 let mut srcs = Vec::new();
-                for part in layout::parts_from_bytes(desc, &w.data)? {
-                    if let layout::Part::Data(data) = part {
-                        srcs.push(ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                let t = store.get(w.tensor).ok_or_else(|| GpuError::Wgpu("GRID_WRITE: no buffers".to_string()))?;
+                for (p, (part, buffers)) in
+                    layout::parts_from_bytes(desc, &w.data)?.into_iter().zip(&t.parts).enumerate()
+                {
+                    let layout::Part::Data(data) = part else { continue };
+                    // Each shard's bytes, padded to its size (whole words).
+                    for (s, (offset, shard)) in buffers.shards_at().enumerate() {
+                        let start = (offset as usize).min(data.len());
+                        let end = ((offset + shard.size()) as usize).min(data.len());
+                        let mut contents = data[start..end].to_vec();
+                        contents.resize(shard.size() as usize, 0);
+                        let src = ctx.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
                             label: Some("GRID_WRITE data"),
-                            contents: &data,
+                            contents: &contents,
                             usage: wgpu::BufferUsages::COPY_SRC,
-                        }));
+                        });
+                        srcs.push((src, p, s));
                     }
                 }
                 steps.push(Step::Copy { srcs, dst: w.tensor });
@@ -189,8 +199,27 @@ pub(crate) fn compile(
                         };
                         let (buffer, window) = match s {
                             Storage::RunParams => (&run_params, None),
-                            Storage::Tensor(id, p) => (part(id, p)?, None),
-                            Storage::TensorRange(id, p, offset, size) => (part(id, p)?, Some((offset, size))),
+                            Storage::Tensor(id, p) => {
+                                let part = part(id, p)?;
+                                // A sharded part is larger than any binding.
+                                let whole = part.whole().ok_or_else(|| GpuError::TooLarge {
+                                    tensor: reg.name(id).to_string(),
+                                    bytes: part.shards.iter().map(wgpu::Buffer::size).sum(),
+                                    limit: ctx.max_binding(),
+                                })?;
+                                (whole, None)
+                            }
+                            Storage::TensorRange(id, p, offset, size) => {
+                                let (shard, inside) = part(id, p)?.window(offset, size).ok_or_else(|| {
+                                    GpuError::Wgpu(format!(
+                                        "{}: bytes {offset}..{} of '{}' are not inside one buffer",
+                                        other.name(),
+                                        offset + size,
+                                        reg.name(id)
+                                    ))
+                                })?;
+                                (shard, Some((inside, size)))
+                            }
                             Storage::Scratch(key, _) => (
                                 scratch.get(&key).ok_or_else(|| {
                                     GpuError::Wgpu(format!("{}: missing scratch buffer {key:?}", other.name()))

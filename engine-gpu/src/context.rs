@@ -61,8 +61,9 @@ pub struct GpuOptions {
     /// without allocating hundreds of megabytes.
     pub max_binding: Option<u64>,
     /// Caps the bytes of one buffer below the device's `max_buffer_size` (rounded down to
-    /// whole words): a tensor part larger than a buffer is `GpuError::TooLarge`. The binding
-    /// size is capped by it too.
+    /// whole words). A tensor part larger than a buffer is stored as several buffers of whole
+    /// row windows (shards, see `tensors.rs`); tests set a small cap to exercise that path.
+    /// The binding size is capped by it too.
     pub max_buffer: Option<u64>,
     /// Request WebGPU's default limits (`wgpu::Limits::default()`: 128 MiB per storage
     /// binding, 256 MiB per buffer, 8 storage buffers per stage, ...; lowered where the
@@ -243,8 +244,8 @@ impl GpuContext {
     }
 
     /// The largest buffer the engine creates: the device's `max_buffer_size` or
-    /// `GpuOptions::max_buffer`, in whole words (a tensor larger than one binding is bound as
-    /// several windows).
+    /// `GpuOptions::max_buffer`, in whole words (a tensor part larger than this is stored in
+    /// shards; one larger than a binding is bound as several windows).
     pub(crate) fn max_buffer(&self) -> u64 {
         let limit = self.buffer_cap.map_or(self.limits.max_buffer_size, |cap| cap.min(self.limits.max_buffer_size));
         limit / 4 * 4

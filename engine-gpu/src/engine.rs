@@ -25,7 +25,7 @@ use crate::{GpuContext, GpuError, GpuOptions};
 const MAX_READS_IN_FLIGHT: usize = 8;
 
 /// A GRID_READ in flight (`Engine::read_later`): a staging buffer per buffer of the tensor
-/// (one, unless it is ternary), the submission that copies into them, and how
+/// (one, unless it is ternary or sharded), the submission that copies into them, and how
 /// their bytes make the tensor's.
 struct InFlightRead {
     ticket: u64,
@@ -60,7 +60,7 @@ impl Staged {
     }
 }
 
-/// How the bytes of a tensor's buffers, in order (one per part), make its
+/// How the bytes of a tensor's buffers, in order (every shard of every part), make its
 /// file-layout bytes (GRID_READ).
 struct Assembly {
     /// The tensor's size in its file layout.
@@ -75,7 +75,7 @@ impl Assembly {
     /// The file-layout bytes of the tensor from the bytes of each of its buffers, in order.
     fn file_bytes(&self, mut chunks: Vec<Vec<u8>>) -> Result<Vec<u8>, GpuError> {
         let Some(desc) = &self.ternary else {
-            // The file's bytes, padded, in one buffer: no copy.
+            // The file's bytes, padded: one buffer (the common case, no copy) or shards.
             let mut bytes = if chunks.len() == 1 { chunks.pop().unwrap_or_default() } else { chunks.concat() };
             bytes.truncate(self.len);
             return Ok(bytes);
@@ -288,6 +288,13 @@ impl GpuEngine {
         self.compiled.contains(&program.id())
     }
 
+    /// The buffers of each part of `tensor` on the GPU: 1 per part, more for a part stored
+    /// in shards (larger than the largest buffer); empty when it has no buffers yet. For
+    /// tests.
+    pub fn tensor_buffers(&self, tensor: TensorId) -> Vec<usize> {
+        self.store.get(tensor).map_or_else(Vec::new, |t| t.parts.iter().map(|p| p.shards.len()).collect())
+    }
+
     /// The compiled programs whose bind groups hold buffers of `tensor`; for tests (0 after
     /// a FREE of it).
     pub fn programs_binding(&self, tensor: TensorId) -> usize {
@@ -302,8 +309,8 @@ impl GpuEngine {
         let desc = self.memory.desc(id).map_err(|source| ExecError::Memory { op, source })?;
         let ternary = desc.dtype.is_ternary().then(|| desc.clone());
         let t = self.store.ensure(&self.ctx, &self.memory, id)?;
-        let buffers = t.parts.clone();
-        let buffers_per_part = vec![1; t.parts.len()];
+        let buffers = t.parts.iter().flat_map(|p| p.shards.iter().cloned()).collect();
+        let buffers_per_part = t.parts.iter().map(|p| p.shards.len()).collect();
         Ok((buffers, Assembly { len, buffers_per_part, ternary }))
     }
 
@@ -403,7 +410,7 @@ impl Engine for GpuEngine {
                 Step::Clear(id) => {
                     pass = None;
                     if let Some(t) = self.store.get(*id) {
-                        for b in &t.parts {
+                        for b in t.parts.iter().flat_map(|p| &p.shards) {
                             encoder.clear_buffer(b, 0, None);
                         }
                     }
@@ -411,8 +418,10 @@ impl Engine for GpuEngine {
                 Step::Copy { srcs, dst } => {
                     pass = None;
                     if let Some(t) = self.store.get(*dst) {
-                        for (src, part) in srcs.iter().zip(&t.parts) {
-                            encoder.copy_buffer_to_buffer(src, 0, part, 0, src.size());
+                        for (src, part, shard) in srcs {
+                            if let Some(b) = t.parts.get(*part).and_then(|p| p.shards.get(*shard)) {
+                                encoder.copy_buffer_to_buffer(src, 0, b, 0, src.size());
+                            }
                         }
                     }
                 }
@@ -466,22 +475,12 @@ impl Engine for GpuEngine {
         let t = self.store.ensure(&self.ctx, &self.memory, tensor)?;
         self.host.written(&self.memory, tensor, bytes);
         let desc = self.memory.desc(tensor).map_err(|source| ExecError::Memory { op: OP, source })?;
-        if desc.dtype.is_ternary() {
-            // Ternary tensors live repacked on the GPU (see `kernels::layout`).
-            for (buffer, part) in t.parts.iter().zip(layout::parts_from_bytes(desc, bytes)?) {
-                if let layout::Part::Data(data) = part {
-                    self.ctx.queue.write_buffer(buffer, 0, &data);
-                }
+        // Ternary tensors live repacked on the GPU (see `kernels::layout`); the others as
+        // the bytes are. Through the queue, shard by shard: nothing waits.
+        for (buffers, part) in t.parts.iter().zip(layout::parts_from_bytes(desc, bytes)?) {
+            if let layout::Part::Data(data) = part {
+                buffers.write(&self.ctx.queue, &data);
             }
-            return Ok(());
-        }
-        let Some(buffer) = t.parts.first() else { return Ok(()) };
-        if bytes.len().is_multiple_of(4) {
-            self.ctx.queue.write_buffer(buffer, 0, bytes);
-        } else {
-            let mut padded = bytes.to_vec();
-            padded.resize(bytes.len().div_ceil(4) * 4, 0);
-            self.ctx.queue.write_buffer(buffer, 0, &padded);
         }
         Ok(())
     }
@@ -515,7 +514,7 @@ impl Engine for GpuEngine {
     }
 
     /// Every copy in one command buffer and one submission (with the programs not yet
-    /// submitted), each buffer of a tensor (two when it is ternary) into a
+    /// submitted), each buffer of a tensor (several when it is ternary or sharded) into a
     /// staging buffer of its own; nothing waits.
     fn read_later_all(&mut self, tensors: &[TensorId]) -> Result<Vec<PendingRead>, ExecError> {
         const OP: &str = "GRID_READ";

@@ -19,8 +19,9 @@ pub enum GpuError {
         /// What failed.
         reason: String,
     },
-    /// A tensor larger than the device can bind.
-    #[error("tensor '{tensor}' needs {bytes} bytes in one binding; the adapter allows {limit}")]
+    /// A tensor larger than the device can bind (or, for a tensor that cannot be cut in
+    /// shards of whole row windows, store in one buffer).
+    #[error("tensor '{tensor}' needs {bytes} bytes in one binding or buffer; the adapter allows {limit}")]
     TooLarge {
         /// The tensor.
         tensor: String,

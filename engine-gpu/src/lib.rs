@@ -2,11 +2,12 @@
 //!
 //! Every ISA instruction as a WGSL compute kernel, through wgpu (Vulkan, Metal, DX12, GL;
 //! in a browser tab, built for wasm32, the page's WebGPU). A [`GpuEngine`] keeps one GPU
-//! buffer per tensor; weights are uploaded once, packed as their file stores them (or
-//! repacked once into one documented GPU layout), never expanded to f32. A program is
-//! compiled once, on its first run: buffers, bind groups and pipelines are created then;
-//! every later run records all of its dispatches into one command encoder, writes the few
-//! bytes of its run-time parameters, and submits once.
+//! buffer per tensor part (several, its shards, for a part larger than the largest buffer;
+//! `tensors.rs`); weights are uploaded once, packed as their file stores them (or repacked
+//! once into one documented GPU layout), never expanded to f32. A program is compiled once,
+//! on its first run: buffers, bind groups and pipelines are created then; every later run
+//! records all of its dispatches into one command encoder, writes the few bytes of its
+//! run-time parameters, and submits once.
 //!
 //! **In a browser** nothing may block: a mapping resolves only when the page's event loop
 //! runs. The engine is created with [`GpuEngine::new_async`] (natively [`GpuEngine::new`]

@@ -1,9 +1,22 @@
 //! One GPU buffer set per tensor, its lifetime state, and a generation counter that tells
 //! compiled programs when a buffer they bound was replaced.
+//!
+//! **Shards.** A tensor has one or more parts (`kernels::layout`), each normally one buffer.
+//! A part larger than the largest buffer (`GpuContext::max_buffer`: 256 MiB under WebGPU's
+//! default limits, where the 2B model's 656 MB F16 embedding would not fit) is stored as
+//! several buffers, its *shards*: consecutive runs of whole rows, each but the last holding
+//! exactly `shard_bytes` bytes. A shard is a whole number of row windows
+//! (`kernels::window_rows`: what one binding holds, cut at the same rows in every part), so
+//! each window a kernel binds (`Storage::TensorRange`, `RecordCtx::row_windows`) lies inside
+//! one shard, at its offset in the part less the shard's start ([`PartBuffers::window`]).
+//! Only kernels that bind row windows (EMBED's table, LINEAR's weight, TOP_K's input) can
+//! read a sharded tensor; binding one whole is `GpuError::TooLarge`, as it was before shards.
+//! Writes split the bytes at the same offsets; reads concatenate the shards, so GRID_READ
+//! returns the file layout's bytes exactly.
 
-use purebee_memory::{HostTensor, Registry, TensorId};
+use purebee_memory::{HostTensor, Registry, TensorDesc, TensorId};
 
-use crate::kernels::layout;
+use crate::kernels::{layout, window_rows};
 use crate::GpuError;
 
 /// The lifetime of a tensor on the GPU (mirrors the ISA's GRID_ALLOC / FREE).
@@ -17,10 +30,66 @@ pub(crate) enum Liveness {
     Freed,
 }
 
+/// One part of a tensor on the GPU: one buffer, or the shards of a part larger than the
+/// largest buffer (see the module documentation).
+pub(crate) struct PartBuffers {
+    /// The buffers in order; each but the last holds exactly `shard_bytes` bytes.
+    pub shards: Vec<wgpu::Buffer>,
+    /// Bytes per shard (the part's size when it has one buffer): whole row windows, so a
+    /// multiple of 256 bytes when there are several.
+    pub shard_bytes: u64,
+}
+
+impl PartBuffers {
+    /// The part's one buffer; `None` when it is sharded.
+    pub fn whole(&self) -> Option<&wgpu::Buffer> {
+        match self.shards.as_slice() {
+            [only] => Some(only),
+            _ => None,
+        }
+    }
+
+    /// The shard holding bytes `offset .. offset + size` of the part, with the offset of
+    /// those bytes inside it; `None` when they are not inside one shard.
+    pub fn window(&self, offset: u64, size: u64) -> Option<(&wgpu::Buffer, u64)> {
+        let i = offset.checked_div(self.shard_bytes)?;
+        let shard = self.shards.get(usize::try_from(i).ok()?)?;
+        let inside = offset - i * self.shard_bytes;
+        (inside + size <= shard.size()).then_some((shard, inside))
+    }
+
+    /// Every shard with its byte offset in the part.
+    pub fn shards_at(&self) -> impl Iterator<Item = (u64, &wgpu::Buffer)> {
+        self.shards.iter().enumerate().map(|(i, b)| (i as u64 * self.shard_bytes, b))
+    }
+
+    /// Writes `data` (at most the part's size; the rest of it is left as it is, but the bytes
+    /// up to the next whole word are zeroed) from the start of the part, each shard its own
+    /// slice, through the queue: nothing waits.
+    pub fn write(&self, queue: &wgpu::Queue, data: &[u8]) {
+        for (offset, shard) in self.shards_at() {
+            let start = usize::try_from(offset).map_or(data.len(), |o| o.min(data.len()));
+            let end = usize::try_from(offset + shard.size()).map_or(data.len(), |e| e.min(data.len()));
+            let chunk = &data[start..end];
+            let words = chunk.len() / 4 * 4;
+            if words > 0 {
+                queue.write_buffer(shard, 0, &chunk[..words]);
+            }
+            if words < chunk.len() {
+                // A write's size must be a multiple of 4: the last bytes with zeros after them.
+                let mut tail = chunk[words..].to_vec();
+                tail.resize(4, 0);
+                queue.write_buffer(shard, words as u64, &tail);
+            }
+        }
+    }
+}
+
 /// A tensor's buffers in its GPU layout (see `kernels::layout`): one part for most dtypes,
-/// several where a layout splits a tensor (codes and scales).
+/// several where a layout splits a tensor (codes and scales), each part in one buffer or in
+/// shards.
 pub(crate) struct GpuTensor {
-    pub parts: Vec<wgpu::Buffer>,
+    pub parts: Vec<PartBuffers>,
     /// Bumped whenever the buffers are replaced, so bind groups that hold the old ones are
     /// rebuilt.
     pub generation: u64,
@@ -67,7 +136,7 @@ impl TensorStore {
     }
 
     /// The tensor's buffers, created now if missing: uploaded from the registry's host data
-    /// for a weight, zero-filled otherwise.
+    /// for a weight (through the queue, without waiting), zero-filled otherwise.
     pub fn ensure(&mut self, ctx: &crate::GpuContext, reg: &Registry, id: TensorId) -> Result<&GpuTensor, GpuError> {
         if self.get(id).is_none() {
             let desc = reg.desc(id).map_err(|e| GpuError::Wgpu(e.to_string()))?;
@@ -76,21 +145,28 @@ impl TensorStore {
             let mut buffers = Vec::with_capacity(parts.len());
             for (i, part) in parts.iter().enumerate() {
                 let size = part.size();
-                // Larger than one binding is fine (kernels that take big weights bind row
-                // windows); larger than the device's largest buffer is not.
-                if size > ctx.max_buffer() {
-                    return Err(GpuError::TooLarge { tensor: desc.name.clone(), bytes: size, limit: ctx.max_buffer() });
-                }
-                let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some(&format!("{}#{i}", desc.name)),
-                    size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-                    mapped_at_creation: false,
-                });
+                let shard_bytes = shard_bytes(ctx, desc, i, size)?;
+                let shards = (0..size.div_ceil(shard_bytes))
+                    .map(|s| {
+                        let label = match size > shard_bytes {
+                            true => format!("{}#{i}.{s}", desc.name),
+                            false => format!("{}#{i}", desc.name),
+                        };
+                        ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some(&label),
+                            size: shard_bytes.min(size - s * shard_bytes),
+                            usage: wgpu::BufferUsages::STORAGE
+                                | wgpu::BufferUsages::COPY_DST
+                                | wgpu::BufferUsages::COPY_SRC,
+                            mapped_at_creation: false,
+                        })
+                    })
+                    .collect();
+                let part_buffers = PartBuffers { shards, shard_bytes };
                 if let layout::Part::Data(bytes) = part {
-                    ctx.queue.write_buffer(&buffer, 0, bytes);
+                    part_buffers.write(&ctx.queue, bytes);
                 }
-                buffers.push(buffer);
+                buffers.push(part_buffers);
             }
             let generation = self.next_generation;
             self.next_generation += 1;
@@ -103,4 +179,24 @@ impl TensorStore {
     pub fn release(&mut self, id: TensorId) {
         self.slot(id).gpu = None;
     }
+}
+
+/// Bytes per shard of part `part` (`size` bytes) of a tensor: the whole part when it fits one
+/// buffer; else as many whole row windows as fit in one. Larger than one binding is fine
+/// (kernels that take big weights bind row windows); a part that cannot be cut so (not laid
+/// out in rows, or not even one window of rows fits) is [`GpuError::TooLarge`].
+fn shard_bytes(ctx: &crate::GpuContext, desc: &TensorDesc, part: usize, size: u64) -> Result<u64, GpuError> {
+    let max_buffer = ctx.max_buffer();
+    if size <= max_buffer {
+        return Ok(size.max(4));
+    }
+    let row_bytes = layout::part_row_bytes(desc);
+    let widest = row_bytes.iter().copied().max().unwrap_or(0).max(1);
+    let window = window_rows(widest, ctx.max_binding()) as u64;
+    let windows_per_shard = max_buffer / (window * widest).max(1);
+    let shard = window * windows_per_shard * row_bytes.get(part).copied().unwrap_or(0);
+    if shard == 0 {
+        return Err(GpuError::TooLarge { tensor: desc.name.clone(), bytes: size, limit: max_buffer });
+    }
+    Ok(shard)
 }

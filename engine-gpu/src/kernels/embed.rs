@@ -19,7 +19,7 @@
 use purebee_isa::ops::Embed;
 use purebee_memory::DType;
 
-use super::{KernelCall, RecordCtx, Shader, Storage};
+use super::{layout, KernelCall, RecordCtx, Shader, Storage};
 use crate::pipelines::PipelineKey;
 use crate::GpuError;
 
@@ -78,9 +78,9 @@ pub(crate) fn record(ctx: &RecordCtx, e: &Embed) -> Result<Vec<KernelCall>, GpuE
     // scales (I2_S's one scale is bound whole).
     let ternary = table.dtype.is_ternary();
     let tq = matches!(table.dtype, DType::TQ1_0 | DType::TQ2_0);
-    let part0_row = if ternary { (cols / 4) as u64 } else { row_bytes as u64 };
-    let part1_row = if tq { (cols / 256 * 4) as u64 } else { 0 };
-    let windows = ctx.row_windows(&table.name, vocab, &[part0_row, part1_row])?;
+    let part_rows = layout::part_row_bytes(table);
+    let (part0_row, part1_row) = (part_rows[0], part_rows.get(1).copied().unwrap_or(0));
+    let windows = ctx.row_windows(table)?;
     let split = windows.len() > 1;
     let mut calls = Vec::with_capacity(windows.len());
     for rows in windows {

@@ -3,6 +3,11 @@
 //! Buffers are read as `array<u32>`, so every part is padded to a multiple of 4 bytes (and
 //! to at least 4, the smallest binding). Nothing is expanded to f32.
 //!
+//! Every part is laid out in rows ([`part_row_bytes`]: row `r` of the tensor at bytes
+//! `r·b .. (r+1)·b` of the part), except I2_S's one scale. A part larger than the largest
+//! buffer is stored as several buffers of whole rows (shards, `tensors.rs`) and read by
+//! kernels in row windows (`RecordCtx::row_windows`) that each lie inside one shard.
+//!
 //! **Float and Q4_0 / Q4_1 / Q8_0 tensors: the file's bytes, unchanged.** F32 as words, F16
 //! and BF16 as packed halves (element `i` in the low half of word `i / 2` when `i` is even,
 //! the high half when odd), Q4_0 / Q4_1 / Q8_0 as their 18 / 20 / 34-byte blocks, back to
@@ -50,6 +55,8 @@
 //! for bit, TQ1_0 bytes re-encoded as ggml encodes them, the I2_S scale repeated 8 times
 //! in its trailer as the converters write it).
 
+use std::borrow::Cow;
+
 use half::f16;
 use purebee_memory::quant::QuantMatrix;
 use purebee_memory::{DType, HostTensor, TensorDesc};
@@ -67,20 +74,34 @@ const TQ2_0_BLOCK_BYTES: usize = 66;
 const I2_S_BLOCK: usize = 128;
 const I2_S_BLOCK_BYTES: usize = 32;
 
-/// The initial contents of one buffer of a tensor.
-pub(crate) enum Part {
-    /// Upload these bytes (length a multiple of 4).
-    Data(Vec<u8>),
+/// The initial contents of one part of a tensor.
+pub(crate) enum Part<'a> {
+    /// Upload these bytes, followed by zeros up to [`Part::size`] (float and Q4/Q8 tensors
+    /// borrow the host's bytes as they are: a weight is never copied on the host).
+    Data(Cow<'a, [u8]>),
     /// A zero-filled buffer of this many bytes (a multiple of 4).
     Zeroed(u64),
 }
 
-impl Part {
+impl Part<'_> {
+    /// The part's size on the GPU: its bytes padded to whole words, at least one.
     pub fn size(&self) -> u64 {
         match self {
-            Part::Data(b) => b.len() as u64,
+            Part::Data(b) => padded(b.len()) as u64,
             Part::Zeroed(n) => *n,
         }
+    }
+}
+
+/// Bytes per tensor row of each part of a tensor's GPU layout: the file's row of blocks
+/// (float and Q4/Q8), or the ternary codes (`cols / 4`) and TQ scales (`cols / 256 · 4`);
+/// 0 for a part not laid out in rows (I2_S's one scale), which is never cut. Row windows
+/// and shards are cut at the same rows in every part.
+pub(crate) fn part_row_bytes(desc: &TensorDesc) -> Vec<u64> {
+    let cols = desc.shape.cols();
+    match ternary_scales(desc.dtype, cols) {
+        Some(sc) => vec![(cols / CODES_PER_WORD * 4) as u64, (sc.row_stride * 4) as u64],
+        None => vec![desc.dtype.row_bytes(cols).unwrap_or(0) as u64],
     }
 }
 
@@ -124,8 +145,8 @@ fn ternary_sizes(dtype: DType, rows: usize, cols: usize) -> (usize, usize) {
     (codes, scales)
 }
 
-/// The buffers of a tensor: its host bytes when it has them (a weight), zeros otherwise.
-pub(crate) fn gpu_parts(desc: &TensorDesc, host: Option<&HostTensor>) -> Result<Vec<Part>, GpuError> {
+/// The parts of a tensor: its host bytes when it has them (a weight), zeros otherwise.
+pub(crate) fn gpu_parts<'a>(desc: &TensorDesc, host: Option<&'a HostTensor>) -> Result<Vec<Part<'a>>, GpuError> {
     match host {
         Some(h) => parts_from_bytes(desc, h.bytes()),
         None if desc.dtype.is_ternary() => {
@@ -140,10 +161,10 @@ pub(crate) fn gpu_parts(desc: &TensorDesc, host: Option<&HostTensor>) -> Result<
 }
 
 /// The parts holding `bytes`, a tensor's exact byte image in its file layout (GRID_WRITE
-/// data, or a weight's host bytes).
-pub(crate) fn parts_from_bytes(desc: &TensorDesc, bytes: &[u8]) -> Result<Vec<Part>, GpuError> {
+/// data, or a weight's host bytes): borrowed as they are, or repacked (ternary).
+pub(crate) fn parts_from_bytes<'a>(desc: &TensorDesc, bytes: &'a [u8]) -> Result<Vec<Part<'a>>, GpuError> {
     if !desc.dtype.is_ternary() {
-        return Ok(vec![Part::Data(pad(bytes.to_vec()))]);
+        return Ok(vec![Part::Data(Cow::Borrowed(bytes))]);
     }
     let (rows, cols) = (desc.shape.rows(), desc.shape.cols());
     let bad = |e: purebee_memory::quant::QuantError| GpuError::Wgpu(format!("'{}': {e}", desc.name));
@@ -197,7 +218,8 @@ pub(crate) fn parts_from_bytes(desc: &TensorDesc, bytes: &[u8]) -> Result<Vec<Pa
             }
         }
     }
-    Ok(vec![Part::Data(pad(bytemuck::cast_slice(&codes).to_vec())), Part::Data(pad(f32_bytes(&scales)))])
+    let codes = pad(bytemuck::cast_slice(&codes).to_vec());
+    Ok(vec![Part::Data(Cow::Owned(codes)), Part::Data(Cow::Owned(pad(f32_bytes(&scales))))])
 }
 
 /// The word of 16 codes whose element `4j + b` is the 2-bit field at `shift` of `bytes[4j + b]`
@@ -322,9 +344,14 @@ mod tests {
     fn parts_bytes(parts: Vec<Part>) -> Vec<Vec<u8>> {
         parts
             .into_iter()
-            .map(|p| match p {
-                Part::Data(b) => b,
-                Part::Zeroed(n) => vec![0; n as usize],
+            .map(|p| {
+                let size = p.size() as usize;
+                let mut b = match p {
+                    Part::Data(b) => b.into_owned(),
+                    Part::Zeroed(_) => Vec::new(),
+                };
+                b.resize(size, 0);
+                b
             })
             .collect()
     }
@@ -415,5 +442,23 @@ mod tests {
         assert_eq!(parts.iter().map(Part::size).collect::<Vec<_>>(), vec![3 * 128 / 4, 4]);
         let parts = gpu_parts(&desc(DType::Q8_0, 3, 32), None).expect("sizes");
         assert_eq!(parts.iter().map(Part::size).collect::<Vec<_>>(), vec![3 * 34 + 2]);
+    }
+
+    #[test]
+    fn every_part_but_the_i2_s_scale_is_rows_of_part_row_bytes() {
+        for (dtype, rows, cols) in
+            [(DType::TQ2_0, 3, 512), (DType::TQ1_0, 2, 768), (DType::I2_S, 5, 384), (DType::Q8_0, 3, 64)]
+        {
+            let d = desc(dtype, rows, cols);
+            let parts = gpu_parts(&d, None).expect("sizes");
+            for (p, (part, row)) in parts.iter().zip(part_row_bytes(&d)).enumerate() {
+                if row == 0 {
+                    assert_eq!((dtype, p), (DType::I2_S, 1));
+                } else {
+                    assert_eq!(part.size(), padded(rows * row as usize) as u64, "{dtype} part {p}");
+                }
+            }
+        }
+        assert_eq!(part_row_bytes(&desc(DType::F16, 3, 10)), vec![20]);
     }
 }

@@ -68,7 +68,7 @@ use purebee_memory::{DType, TensorId};
 
 use super::elementwise::{BinaryOp, UnaryOp};
 use super::epilogue::Epilogue;
-use super::layout::ternary_scales;
+use super::layout::{self, ternary_scales};
 use super::rope_qkv::{self, RopeArgs, RopeEpilogue};
 use super::{argmax, row_reduce, KernelCall, RecordCtx, ScratchKey, Shader, Storage};
 use crate::pipelines::PipelineKey;
@@ -273,11 +273,9 @@ pub(crate) fn record_with(
     let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| too_large(what));
     // Bytes per weight row of each part in the GPU layout: the codes (ternary: k/4) or the
     // file's blocks, and the ternary scales (I2_S's one scale is bound whole).
-    let (part0_row, part1_row) = match scales {
-        Some(sc) => ((k / 4) as u64, (sc.row_stride * 4) as u64),
-        None => (row_bytes as u64, 0),
-    };
-    let windows = ctx.row_windows(&w.name, m, &[part0_row, part1_row])?;
+    let part_rows = layout::part_row_bytes(w);
+    let (part0_row, part1_row) = (part_rows[0], part_rows.get(1).copied().unwrap_or(0));
+    let windows = ctx.row_windows(w)?;
     let store = store(l, epilogue);
     let split = windows.len() > 1;
     // The kernels index elements and bytes of every operand in u32 (within a window).
@@ -497,11 +495,7 @@ pub(crate) fn one_token(ctx: &RecordCtx, l: &Linear) -> Option<OneToken> {
     dtype_code(w.dtype)?;
     let scales = ternary_scales(w.dtype, k);
     let row_bytes = w.dtype.row_bytes(k)?;
-    let (part0_row, part1_row) = match scales {
-        Some(sc) => ((k / 4) as u64, (sc.row_stride * 4) as u64),
-        None => (row_bytes as u64, 0),
-    };
-    if ctx.row_windows(&w.name, m, &[part0_row, part1_row]).ok()?.len() != 1 {
+    if ctx.row_windows(w).ok()?.len() != 1 {
         return None;
     }
     m.checked_mul(k.max(row_bytes)).and_then(|v| u32::try_from(v).ok())?;

@@ -477,7 +477,8 @@ pub(crate) enum Storage {
     /// Part `1` of tensor `0`'s GPU layout.
     Tensor(TensorId, usize),
     /// A window of a part: bytes `offset .. offset + size` of part `1` of tensor `0` (for
-    /// tensors larger than one binding; see [`RecordCtx::row_windows`]).
+    /// tensors larger than one binding; see [`RecordCtx::row_windows`]), offsets in the whole
+    /// part: the compiler binds the shard holding the window (`tensors.rs`).
     TensorRange(TensorId, usize, u64, u64),
     /// The program's run-time parameter values, one u32 word each (f32 as bits).
     RunParams,
@@ -561,24 +562,30 @@ pub(crate) struct ArgSlot {
 /// The `param` of an [`ArgSlot`] that holds a constant.
 pub(crate) const ARG_CONST: u32 = u32::MAX;
 
+/// Rows per row window of a tensor whose widest part has `widest` bytes per row: the most
+/// rows, a multiple of `WINDOW_ROW_STEP`, whose bytes fit one binding of `max_binding`
+/// bytes; 0 when not even `WINDOW_ROW_STEP` rows fit. Shards (`tensors.rs`) are whole
+/// numbers of these windows.
+pub(crate) fn window_rows(widest: u64, max_binding: u64) -> usize {
+    (max_binding / widest.max(1)) as usize / WINDOW_ROW_STEP * WINDOW_ROW_STEP
+}
+
 impl RecordCtx<'_> {
-    /// Splits `rows` rows into consecutive windows small enough to bind: for each part, its
-    /// window's bytes (rows × `bytes_per_row[part]`) fit one binding. One window when the
-    /// whole tensor fits. Fails when even `WINDOW_ROW_STEP` rows do not fit, naming `tensor`.
-    pub fn row_windows(
-        &self,
-        tensor: &str,
-        rows: usize,
-        bytes_per_row: &[u64],
-    ) -> Result<Vec<std::ops::Range<usize>>, GpuError> {
-        let widest = bytes_per_row.iter().copied().max().unwrap_or(0).max(1);
+    /// Splits a tensor's rows into consecutive windows small enough to bind: for each part,
+    /// its window's bytes (rows × `layout::part_row_bytes`) fit one binding. One window when
+    /// the whole tensor fits; else windows of [`window_rows`] rows (the last shorter), which
+    /// is also what a shard holds a whole number of, so each window lies inside one shard.
+    /// Fails when even `WINDOW_ROW_STEP` rows do not fit, naming the tensor.
+    pub fn row_windows(&self, desc: &TensorDesc) -> Result<Vec<std::ops::Range<usize>>, GpuError> {
+        let rows = desc.shape.rows();
+        let widest = layout::part_row_bytes(desc).into_iter().max().unwrap_or(0).max(1);
         if (rows as u64).saturating_mul(widest) <= self.max_binding {
             return Ok(std::iter::once(0..rows).collect());
         }
-        let fit = (self.max_binding / widest) as usize / WINDOW_ROW_STEP * WINDOW_ROW_STEP;
+        let fit = window_rows(widest, self.max_binding);
         if fit == 0 {
             return Err(GpuError::TooLarge {
-                tensor: tensor.to_string(),
+                tensor: desc.name.clone(),
                 bytes: widest * WINDOW_ROW_STEP as u64,
                 limit: self.max_binding,
             });

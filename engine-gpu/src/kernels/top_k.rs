@@ -60,7 +60,8 @@ pub(crate) fn record(ctx: &RecordCtx, t: &TopK) -> Result<Vec<KernelCall>, GpuEr
     let (_, m32) = row_reduce::dims_u32("TOP_K", rows, m)?;
     let k = t.k as usize;
     let row_bytes = 4 * m as u64;
-    let windows = ctx.row_windows(&desc.name, rows, &[row_bytes])?;
+    // F32: `layout::part_row_bytes` is `row_bytes`, the windows' stride below.
+    let windows = ctx.row_windows(desc)?;
     let whole = windows.len() == 1;
     let mut calls = Vec::new();
     for w in windows {
