@@ -37,6 +37,14 @@ impl PendingRead {
         PendingRead(PendingBytes::Ticket(ticket))
     }
 
+    /// The ticket of a read in flight; `None` for one that completed when it began.
+    pub fn ticket_number(&self) -> Option<u64> {
+        match self.0 {
+            PendingBytes::Ready(_) => None,
+            PendingBytes::Ticket(t) => Some(t),
+        }
+    }
+
     /// The bytes of a read that completed when it began, or the ticket of one in flight.
     pub fn into_parts(self) -> Result<Vec<u8>, u64> {
         match self.0 {
@@ -133,6 +141,16 @@ pub trait Engine {
         pending.into_parts().map_err(|ticket| ExecError::UnknownRead { ticket })
     }
 
+    /// Whether [`Engine::finish_read`] of `pending` would return without waiting: the bytes
+    /// have arrived, or the read failed (then `finish_read` says how). Never blocks. A caller
+    /// that must not block (a browser tab, whose GPU mappings resolve only when its event
+    /// loop runs) yields to its event loop until this is true, then finishes the read. A
+    /// read that completed when it began is ready; the default says every read is.
+    fn read_ready(&mut self, pending: &PendingRead) -> bool {
+        let _ = pending;
+        true
+    }
+
     /// Whether [`Engine::read_later`] returns before the bytes exist, so that a caller gains
     /// by queueing more work before [`Engine::finish_read`] (a GPU engine). False for
     /// engines that run each instruction to completion when it is executed.
@@ -225,6 +243,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn finish_read(&mut self, pending: PendingRead) -> Result<Vec<u8>, ExecError> {
         (**self).finish_read(pending)
+    }
+    fn read_ready(&mut self, pending: &PendingRead) -> bool {
+        (**self).read_ready(pending)
     }
     fn reads_overlap(&self) -> bool {
         (**self).reads_overlap()

@@ -7,11 +7,16 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// std's `Instant::now` panics on wasm32-unknown-unknown; this one reads the browser's clock
+// there and is std's elsewhere.
+use web_time::Instant;
 
 use purebee_isa::Engine;
 
 use crate::batch::{RowOutput, RowRead, SharedCache};
+use crate::in_flight::{ForwardInFlight, Received, Want};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::speculative::{accept, Draft, SpecConfig, SpecStats, Speculation};
 use crate::{LogitsRows, Model, ModelError, PendingToken, Session};
@@ -520,11 +525,25 @@ impl Generator {
     /// the last chunk, which yields the first token); after that runs the last sampled token
     /// and returns the next one. Past the end of the context it is
     /// [`ModelError::ContextFull`] (check [`Generator::has_room`] first).
+    /// [`Generator::begin_step`] then [`Generator::finish_step`], waiting in between.
     pub fn step<E: Engine>(&mut self, model: &mut Model<E>, session: &mut Session) -> Result<Option<u32>, ModelError> {
+        let step = self.begin_step(model, session)?;
+        self.finish_step(model, session, step)
+    }
+
+    /// The first half of [`Generator::step`] for a caller that must not block (a browser
+    /// tab): runs the step's pass and begins reading its result. The caller yields to its
+    /// event loop until [`StepInFlight::is_ready`], then calls [`Generator::finish_step`].
+    /// A speculative verify pass is done at once (it reads while it runs).
+    pub fn begin_step<E: Engine>(
+        &mut self,
+        model: &mut Model<E>,
+        session: &mut Session,
+    ) -> Result<StepInFlight, ModelError> {
         // The ids to run borrow the prompt or this one-token buffer: nothing is allocated
         // per step.
         if let Some(token) = self.next_ready() {
-            return Ok(Some(token));
+            return Ok(StepInFlight(StepState::Done(Some(token))));
         }
         if let Some((token, pos)) = self.last {
             // Speculation verifies from the host's tokens; running ahead on the engine's
@@ -535,10 +554,10 @@ impl Generator {
                     let ids = std::mem::take(&mut self.verify_ids);
                     let rows = model.forward_rows(session, &ids, pos, self.read_kind(model));
                     self.verify_ids = ids;
-                    return Ok(self.finish_verify(&rows?));
+                    return Ok(StepInFlight(StepState::Done(self.finish_verify(&rows?))));
                 }
             } else if self.sampler.config().is_plain_greedy() && model.engine().reads_overlap() {
-                return self.step_ahead(model, session, token, pos).map(Some);
+                return self.begin_ahead(model, session, token, pos);
             }
         }
         let last_token;
@@ -557,24 +576,52 @@ impl Generator {
                 let chunk = &self.prompt[pos..pos + n];
                 if n < remaining {
                     // Only the KV entries matter; the 4-byte ARGMAX is the cheapest read.
-                    model.forward_greedy(session, chunk, pos)?;
-                    self.prefilled += n;
-                    return Ok(None);
+                    let flight = model.submit_forward(session, chunk, pos, Want::Argmax)?;
+                    return Ok(StepInFlight(StepState::Chunk { flight, n }));
                 }
                 (chunk, pos)
             }
         };
         self.last_logprobs = None;
-        let token = match self.read_kind(model) {
-            RowRead::Greedy => model.forward_greedy(session, ids, pos)?,
-            RowRead::TopK(k) => {
-                let (logits, candidates) = model.forward_top_k(session, ids, pos, k)?;
-                self.sampler.sample_candidates(&logits, &candidates)
-            }
+        let want = match self.read_kind(model) {
+            RowRead::Greedy => Want::Argmax,
+            RowRead::TopK(k) => Want::TopK(k.clamp(1, model.config().n_vocab)),
             // A session's steps have no engine log-sum-exp: with log-probabilities asked
             // for, they read the whole row.
-            RowRead::Full | RowRead::TopKLse(_) => {
-                let logits = model.forward(session, ids, pos, LogitsRows::Last)?;
+            RowRead::Full | RowRead::TopKLse(_) => Want::Logits(LogitsRows::Last),
+        };
+        let flight = model.submit_forward(session, ids, pos, want)?;
+        Ok(StepInFlight(StepState::Forward { flight, next_pos: pos + ids.len() }))
+    }
+
+    /// The second half of [`Generator::step`]: takes the result of
+    /// [`Generator::begin_step`]'s pass (waiting for it where the engine can) and returns
+    /// what `step` returns.
+    pub fn finish_step<E: Engine>(
+        &mut self,
+        model: &mut Model<E>,
+        session: &mut Session,
+        step: StepInFlight,
+    ) -> Result<Option<u32>, ModelError> {
+        let (flight, next_pos) = match step.0 {
+            StepState::Done(token) => return Ok(token),
+            StepState::Chunk { flight, n } => {
+                model.receive_forward(session, flight)?;
+                self.prefilled += n;
+                return Ok(None);
+            }
+            StepState::Ahead(pending) => {
+                let pos = pending.pos();
+                let next = model.receive_greedy(session, pending)?;
+                self.took(next, pos + 1);
+                return Ok(Some(next));
+            }
+            StepState::Forward { flight, next_pos } => (flight, next_pos),
+        };
+        let token = match model.receive_forward(session, flight)? {
+            Received::Argmax(token) => token,
+            Received::TopK { values, ids } => self.sampler.sample_candidates(&values, &ids),
+            Received::Logits(logits) => {
                 let token = if self.sampler.config().is_plain_greedy() {
                     TokenLogprobs::from_row(0, &logits, 1).top.first().map_or(0, |t| t.0)
                 } else {
@@ -584,7 +631,6 @@ impl Generator {
                 token
             }
         };
-        let next_pos = pos + ids.len();
         self.took(token, next_pos);
         Ok(Some(token))
     }
@@ -603,13 +649,13 @@ impl Generator {
 
     /// A greedy decode step that runs ahead (see the type's documentation): `token` is to run
     /// at `pos`, unless its step is already queued (`self.ahead`).
-    fn step_ahead<E: Engine>(
+    fn begin_ahead<E: Engine>(
         &mut self,
         model: &mut Model<E>,
         session: &mut Session,
         token: u32,
         pos: usize,
-    ) -> Result<u32, ModelError> {
+    ) -> Result<StepInFlight, ModelError> {
         let pending = match self.ahead.take() {
             Some(p) => p,
             None => model.submit_greedy(session, Some(token), pos)?,
@@ -617,9 +663,36 @@ impl Generator {
         if pos + 1 < session.n_ctx() {
             self.ahead = Some(model.submit_greedy(session, None, pos + 1)?);
         }
-        let next = model.receive_greedy(session, pending)?;
-        self.took(next, pos + 1);
-        Ok(next)
+        Ok(StepInFlight(StepState::Ahead(pending)))
+    }
+}
+
+/// A step begun with [`Generator::begin_step`]: its pass ran, its result may still be on
+/// its way from the engine. Dropping it abandons the step's result.
+#[derive(Debug)]
+pub struct StepInFlight(StepState);
+
+#[derive(Debug)]
+enum StepState {
+    /// Decided when it began (a token a verify pass kept, or a verify pass).
+    Done(Option<u32>),
+    /// A prefill chunk that is not the prompt's last: only its KV entries matter.
+    Chunk { flight: ForwardInFlight, n: usize },
+    /// A step whose token comes from what it reads; the token runs next at `next_pos`.
+    Forward { flight: ForwardInFlight, next_pos: usize },
+    /// A greedy step that ran ahead.
+    Ahead(PendingToken),
+}
+
+impl StepInFlight {
+    /// Whether [`Generator::finish_step`] would return without waiting for the engine
+    /// (never waits).
+    pub fn is_ready<E: Engine>(&self, model: &mut Model<E>) -> bool {
+        match &self.0 {
+            StepState::Done(_) => true,
+            StepState::Chunk { flight, .. } | StepState::Forward { flight, .. } => model.reads_ready(&flight.reads),
+            StepState::Ahead(pending) => model.token_ready(pending),
+        }
     }
 }
 

@@ -19,6 +19,7 @@ mod config;
 mod error;
 mod forward;
 mod generate;
+mod in_flight;
 mod model;
 mod rows;
 mod weights;
@@ -27,7 +28,7 @@ pub use config::{Architecture, FfnActivation, ModelConfig};
 pub use error::ModelError;
 pub use forward::LogitsRows;
 pub use generate::{
-    generate, generate_reusing_cache, GenerateOptions, Generation, Generator, NextRows, Prefill, StopReason,
-    TokenLogprobs,
+    generate, generate_reusing_cache, GenerateOptions, Generation, Generator, NextRows, Prefill, StepInFlight,
+    StopReason, TokenLogprobs,
 };
 pub use model::{KvCache, KvCacheTypes, Model, PendingToken, QuantizedActivations, Session};

@@ -10,6 +10,7 @@ use purebee_isa::{
 use purebee_memory::gguf::{FileWatch, GgufFile};
 
 use crate::forward::{record_forward, ForwardIo, Head, LogitsRows, Place};
+use crate::in_flight::{Received, Want};
 use crate::weights::Weights;
 use crate::{ModelConfig, ModelError};
 
@@ -49,8 +50,8 @@ pub struct KvCache {
 /// What a caller reads after a forward pass (copied, so nothing is cloned per token).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Outputs {
-    logits: TensorId,
-    argmax: TensorId,
+    pub(crate) logits: TensorId,
+    pub(crate) argmax: TensorId,
 }
 
 impl From<Outputs> for (TensorId, TensorId) {
@@ -165,9 +166,16 @@ pub struct Session {
 /// gives its token. Dropping it abandons the read (the step still ran).
 #[derive(Debug)]
 pub struct PendingToken {
-    read: PendingRead,
+    pub(crate) read: PendingRead,
     /// The position the step ran at: the token is the id for `pos + 1`.
     pos: usize,
+}
+
+impl PendingToken {
+    /// The position the step ran at.
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
 }
 
 /// The ids a forward pass runs: written by the host, or the greedy token the decode pass
@@ -328,19 +336,21 @@ impl<E: Engine> Model<E> {
         pos: usize,
         rows: LogitsRows,
     ) -> Result<Vec<f32>, ModelError> {
-        let (key, io) = self.run(session, Input::Host(tokens), pos, rows)?;
-        let values = self.engine.read_f32(io.logits)?;
-        self.release_prefill(session, key)?;
-        Ok(values)
+        let flight = self.submit_forward(session, tokens, pos, Want::Logits(rows))?;
+        match self.receive_forward(session, flight)? {
+            Received::Logits(values) => Ok(values),
+            other => Err(received_wrong(&other)),
+        }
     }
 
     /// Runs `tokens` at positions `pos..` of `session` and returns the greedy next token
     /// after the last one, reading back only the 4 bytes of ARGMAX.
     pub fn forward_greedy(&mut self, session: &mut Session, tokens: &[u32], pos: usize) -> Result<u32, ModelError> {
-        let (key, io) = self.run(session, Input::Host(tokens), pos, LogitsRows::Last)?;
-        let id = self.engine.read_u32(io.argmax)?.first().copied().unwrap_or(0);
-        self.release_prefill(session, key)?;
-        Ok(id)
+        let flight = self.submit_forward(session, tokens, pos, Want::Argmax)?;
+        match self.receive_forward(session, flight)? {
+            Received::Argmax(id) => Ok(id),
+            other => Err(received_wrong(&other)),
+        }
     }
 
     /// Runs `tokens` at positions `pos..` of `session` and returns the `k` largest logits of
@@ -356,12 +366,11 @@ impl<E: Engine> Model<E> {
         k: usize,
     ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
         let k = k.clamp(1, self.config.n_vocab);
-        let (key, io) = self.run(session, Input::Host(tokens), pos, LogitsRows::Last)?;
-        let prefix = format!("{}.fwd{}.last.top{k}", session.name, key.0);
-        let (values, ids, _) = self.top_k_of(&mut session.candidates, (key, k), &prefix, io.logits, (1, k), false)?;
-        let result = (values, ids);
-        self.release_prefill(session, key)?;
-        Ok(result)
+        let flight = self.submit_forward(session, tokens, pos, Want::TopK(k))?;
+        match self.receive_forward(session, flight)? {
+            Received::TopK { values, ids } => Ok((values, ids)),
+            other => Err(received_wrong(&other)),
+        }
     }
 
     /// TOP_K with `k` of the `rows` rows of `logits`, through the program kept in
@@ -378,6 +387,25 @@ impl<E: Engine> Model<E> {
         (rows, k): (usize, usize),
         with_lse: bool,
     ) -> Result<TopKRead, ModelError> {
+        let pending = self.begin_top_k(candidates, key, prefix, logits, (rows, k), with_lse)?;
+        let mut bytes = Vec::with_capacity(pending.len());
+        for p in pending {
+            bytes.push(self.engine.finish_read(p)?);
+        }
+        Ok(top_k_values(&bytes))
+    }
+
+    /// [`Model::top_k_of`] up to its reads, begun and not waited for: values, ids, and the
+    /// log-sum-exp when asked for ([`top_k_values`] decodes their bytes).
+    pub(crate) fn begin_top_k<K: std::hash::Hash + Eq>(
+        &mut self,
+        candidates: &mut HashMap<K, Candidates>,
+        key: K,
+        prefix: &str,
+        logits: TensorId,
+        (rows, k): (usize, usize),
+        with_lse: bool,
+    ) -> Result<Vec<PendingRead>, ModelError> {
         let c = match candidates.remove(&key) {
             Some(c) => c,
             None => self.build_candidates(prefix, logits, rows, k, with_lse)?,
@@ -400,14 +428,7 @@ impl<E: Engine> Model<E> {
             let reason = "read_later_all returned fewer reads than tensors".to_string();
             return Err(ExecError::Device { engine: self.engine.name(), reason }.into());
         }
-        let mut bytes = Vec::with_capacity(pending.len());
-        for p in pending {
-            bytes.push(self.engine.finish_read(p)?);
-        }
-        let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
-        let f32s = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect::<Vec<f32>>();
-        let ids = bytes[1].chunks_exact(4).map(|c| u32::from_le_bytes(word(c))).collect();
-        Ok((f32s(&bytes[0]), ids, bytes.get(2).map_or_else(Vec::new, |b| f32s(b))))
+        Ok(pending)
     }
 
     fn build_candidates(
@@ -617,4 +638,19 @@ impl<E: Engine> Model<E> {
         let teardown = b.finish();
         Ok(Forward { setup, pass, teardown, io, live: false })
     }
+}
+
+/// TOP_K's read bytes as `(values, ids, lse)` (`lse` empty when it was not read).
+pub(crate) fn top_k_values(bytes: &[Vec<u8>]) -> TopKRead {
+    let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
+    let f32s = |b: &[u8]| b.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect::<Vec<f32>>();
+    let ids = bytes.get(1).map_or_else(Vec::new, |b| b.chunks_exact(4).map(|c| u32::from_le_bytes(word(c))).collect());
+    let values = bytes.first().map_or_else(Vec::new, |b| f32s(b));
+    (values, ids, bytes.get(2).map_or_else(Vec::new, |b| f32s(b)))
+}
+
+/// [`Model::receive_forward`] gave another kind of output than its pass asked for (a bug).
+fn received_wrong(got: &Received) -> ModelError {
+    let reason = format!("a forward pass received {got:?}, not what it asked for");
+    ModelError::Exec(ExecError::Device { engine: "runtime", reason })
 }

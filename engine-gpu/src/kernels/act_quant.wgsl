@@ -104,7 +104,10 @@ fn quantize4(v: vec4<f32>, s_bits: u32) -> vec4<i32> {
 // whose maximum lies within half a step 1/s of f32::MAX, as a correctly rounded division does.
 fn dequantize1(q: i32, s_bits: u32) -> f32 {
     if (s_bits == 0u) {
-        return bitcast<f32>(0x7fc00000u);
+        // Through a `let`: a bitcast of a constant is a constant expression, and Chrome's WGSL
+        // compiler (Tint) rejects a constant NaN or infinity.
+        let nan_bits = 0x7fc00000u;
+        return bitcast<f32>(nan_bits);
     }
     if (q == 0) {
         return 0.0;

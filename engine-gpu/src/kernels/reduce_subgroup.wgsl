@@ -73,7 +73,10 @@ fn reduce_max_f32(v: f32, ids: Ids) -> f32 {
         red_f[ids.sg_id] = s;
     }
     workgroupBarrier();
-    var r = bitcast<f32>(0xff800000u); // -inf
+    // Through a `let`: a bitcast of a constant is a constant expression, and Chrome's WGSL
+    // compiler (Tint) rejects a constant NaN or infinity.
+    let neg_inf_bits = 0xff800000u;
+    var r = bitcast<f32>(neg_inf_bits); // -inf
     for (var i = 0u; i < ids.n_sg; i = i + 1u) {
         r = max(r, red_f[i]);
     }

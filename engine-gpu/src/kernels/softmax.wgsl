@@ -25,12 +25,18 @@ const POS_INF_BITS: u32 = 0x7f800000u;
 const NEG_INF_BITS: u32 = 0xff800000u;
 const NAN_BITS: u32 = 0x7fc00000u;
 
+// The f32 of `bits`, at run time: a bitcast of a constant is a constant expression, and
+// Chrome's WGSL compiler (Tint) rejects a constant NaN or infinity.
+fn f32_of_bits(bits: u32) -> f32 {
+    return bitcast<f32>(bits);
+}
+
 // The value the maximum sees: NaN and +inf become +inf (so a row holding either has maximum
 // +inf and is written as NaN); everything else, -inf included, is itself.
 fn max_key(v: f32) -> f32 {
     let b = bitcast<u32>(v);
     if ((b & 0x7fffffffu) >= POS_INF_BITS && b != NEG_INF_BITS) {
-        return bitcast<f32>(POS_INF_BITS);
+        return f32_of_bits(POS_INF_BITS);
     }
     return v;
 }
@@ -55,7 +61,7 @@ fn softmax(ids: Ids) {
         return;
     }
     let base = row * p.cols;
-    var m = bitcast<f32>(NEG_INF_BITS);
+    var m = f32_of_bits(NEG_INF_BITS);
     for (var i = ids.lidx; i < p.cols; i = i + WG) {
         m = max(m, max_key(x[base + i]));
     }
@@ -69,7 +75,7 @@ fn softmax(ids: Ids) {
     }
     let total = reduce_add_f32(s, ids);
     for (var i = ids.lidx; i < p.cols; i = i + WG) {
-        out[base + i] = select(weight(x[base + i], mx) / total, bitcast<f32>(NAN_BITS), bad);
+        out[base + i] = select(weight(x[base + i], mx) / total, f32_of_bits(NAN_BITS), bad);
     }
 }
 
@@ -81,7 +87,7 @@ fn softmax_inplace(ids: Ids) {
         return;
     }
     let base = row * p.cols;
-    var m = bitcast<f32>(NEG_INF_BITS);
+    var m = f32_of_bits(NEG_INF_BITS);
     for (var i = ids.lidx; i < p.cols; i = i + WG) {
         m = max(m, max_key(out[base + i]));
     }
@@ -95,6 +101,6 @@ fn softmax_inplace(ids: Ids) {
     }
     let total = reduce_add_f32(s, ids);
     for (var i = ids.lidx; i < p.cols; i = i + WG) {
-        out[base + i] = select(weight(out[base + i], mx) / total, bitcast<f32>(NAN_BITS), bad);
+        out[base + i] = select(weight(out[base + i], mx) / total, f32_of_bits(NAN_BITS), bad);
     }
 }

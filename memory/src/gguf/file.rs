@@ -12,7 +12,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::Mmap;
+#[cfg(not(target_family = "wasm"))]
+use memmap2::MmapMut;
 
 use crate::{ggml_type_name, DType, HostTensor, Registry, Shape, TensorId};
 
@@ -113,6 +115,7 @@ fn map_file(file: &File) -> std::io::Result<Mmap> {
 
 /// A read-only anonymous map of `len` bytes that `fill` wrote, advised for transparent huge
 /// pages on Linux (advice only: without THP it stays in 4 KiB pages).
+#[cfg(not(target_family = "wasm"))]
 fn anonymous_map(len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>) -> std::io::Result<GuardedMap> {
     let mut map = MmapMut::map_anon(len)?;
     #[cfg(target_os = "linux")]
@@ -121,6 +124,14 @@ fn anonymous_map(len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>
     }
     fill(&mut map)?;
     Ok(GuardedMap::anonymous(map.make_read_only()?))
+}
+
+/// WebAssembly has no maps: the bytes go on the heap.
+#[cfg(target_family = "wasm")]
+fn anonymous_map(len: usize, fill: impl FnOnce(&mut [u8]) -> std::io::Result<()>) -> std::io::Result<GuardedMap> {
+    let mut bytes = vec![0u8; len].into_boxed_slice();
+    fill(&mut bytes)?;
+    Ok(GuardedMap::heap(bytes))
 }
 
 impl GgufFile {
@@ -170,6 +181,12 @@ impl GgufFile {
         })
         .map_err(io)?;
         GgufFile::parse(path, Arc::new(map), FileWatch::none())
+    }
+
+    /// Validates a GGUF image the caller hands over, keeping it as it is (no copy): what a
+    /// browser does with a file it fetched. `label` stands in for the path in errors.
+    pub fn from_vec(label: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+        GgufFile::parse(label.into(), Arc::new(GuardedMap::heap(bytes.into_boxed_slice())), FileWatch::none())
     }
 
     fn parse(path: PathBuf, map: Arc<GuardedMap>, watch: FileWatch) -> Result<GgufFile, GgufError> {

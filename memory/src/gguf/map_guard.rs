@@ -16,24 +16,38 @@ use std::path::Path;
 use memmap2::Mmap;
 
 /// A read-only memory map: of a file, guarded while it lives, or anonymous (a file image
-/// copied into memory: nothing to guard). Derefs to its bytes.
+/// copied into memory: nothing to guard), or a file image owned on the heap (where nothing
+/// can be mapped: a browser tab). Derefs to its bytes.
 #[derive(Debug)]
 pub struct GuardedMap {
     // Declared before the map, so dropped before it: the range leaves the handler's table
     // before it is unmapped.
     _guard: Option<MapGuard>,
-    map: Mmap,
+    bytes: Backing,
+}
+
+/// Where a [`GuardedMap`]'s bytes live.
+#[derive(Debug)]
+enum Backing {
+    Map(Mmap),
+    Heap(Box<[u8]>),
 }
 
 impl GuardedMap {
     /// `map`, the map of the file at `path`, guarded.
     pub(crate) fn file(map: Mmap, path: &Path) -> GuardedMap {
-        GuardedMap { _guard: Some(MapGuard::new(&map, path)), map }
+        GuardedMap { _guard: Some(MapGuard::new(&map, path)), bytes: Backing::Map(map) }
     }
 
     /// An anonymous `map`.
+    #[cfg_attr(target_family = "wasm", allow(dead_code))]
     pub(crate) fn anonymous(map: Mmap) -> GuardedMap {
-        GuardedMap { _guard: None, map }
+        GuardedMap { _guard: None, bytes: Backing::Map(map) }
+    }
+
+    /// A file image on the heap, taken as it is (no copy).
+    pub(crate) fn heap(bytes: Box<[u8]>) -> GuardedMap {
+        GuardedMap { _guard: None, bytes: Backing::Heap(bytes) }
     }
 }
 
@@ -41,7 +55,10 @@ impl Deref for GuardedMap {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.map
+        match &self.bytes {
+            Backing::Map(map) => map,
+            Backing::Heap(bytes) => bytes,
+        }
     }
 }
 

@@ -52,7 +52,7 @@ use vocab::Vocab;
 
 pub use error::TokenizerError;
 pub use pretokenize::{PreTokenizer, PreTokenizerKind};
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, Utf8Stream};
 
 /// The values of `tokenizer.ggml.model` this module implements.
 const SUPPORTED_MODELS: &str = "gpt2";

@@ -8,23 +8,21 @@ use super::Tokenizer;
 /// Byte-level tokens need not end on a character boundary (an emoji is often four byte
 /// tokens). The decoder keeps the bytes of an unfinished character and emits the character
 /// once its last byte arrives, so every character is emitted exactly once and a split
-/// character never shows up as U+FFFD on the way. Bytes that can never become valid UTF-8
-/// are emitted as U+FFFD as soon as that is certain; [`StreamDecoder::finish`] flushes an
-/// unfinished character the same way.
+/// character never shows up as U+FFFD on the way ([`Utf8Stream`]).
 ///
 /// Control tokens render as their text (as [`Tokenizer::decode_token`] gives them) unless
 /// [`StreamDecoder::skip_control`] is set.
 #[derive(Debug, Clone)]
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
-    pending: Vec<u8>,
+    utf8: Utf8Stream,
     skip_control: bool,
 }
 
 impl<'a> StreamDecoder<'a> {
     /// A decoder for ids of `tokenizer`.
     pub fn new(tokenizer: &'a Tokenizer) -> StreamDecoder<'a> {
-        StreamDecoder { tokenizer, pending: Vec::new(), skip_control: false }
+        StreamDecoder { tokenizer, utf8: Utf8Stream::default(), skip_control: false }
     }
 
     /// Whether control tokens (such as `<|im_end|>`) produce no text.
@@ -35,9 +33,37 @@ impl<'a> StreamDecoder<'a> {
 
     /// Adds one token and returns the text that is now complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        if !(self.skip_control && self.tokenizer.is_control(id)) {
-            self.pending.extend_from_slice(self.tokenizer.decode_token(id));
+        if self.skip_control && self.tokenizer.is_control(id) {
+            return self.utf8.push(&[]);
         }
+        self.utf8.push(self.tokenizer.decode_token(id))
+    }
+
+    /// Returns what is left (an unfinished character becomes U+FFFD) and resets the
+    /// decoder.
+    pub fn finish(&mut self) -> String {
+        self.utf8.finish()
+    }
+
+    /// Whether bytes of an unfinished character are held back.
+    pub fn has_pending(&self) -> bool {
+        self.utf8.has_pending()
+    }
+}
+
+/// Bytes in, complete UTF-8 text out: the bytes of an unfinished character wait for the
+/// next push. Bytes that can never become valid UTF-8 are emitted as U+FFFD as soon as that
+/// is certain; [`Utf8Stream::finish`] flushes an unfinished character the same way. It
+/// holds no tokenizer, so a caller can keep it next to one ([`StreamDecoder`] borrows it).
+#[derive(Debug, Clone, Default)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Adds `bytes` and returns the text that is now complete (possibly empty).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
         let mut out = String::new();
         let mut rest: &[u8] = &self.pending;
         loop {
@@ -72,7 +98,7 @@ impl<'a> StreamDecoder<'a> {
     }
 
     /// Returns what is left (an unfinished character becomes U+FFFD) and resets the
-    /// decoder.
+    /// stream.
     pub fn finish(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();

@@ -19,7 +19,9 @@
 
 use purebee_memory::DType;
 
-use super::{Simd, SimdLevel};
+use super::Simd;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::SimdLevel;
 use portable::{dot_row_portable, dot_tile_portable};
 
 #[cfg(target_arch = "aarch64")]

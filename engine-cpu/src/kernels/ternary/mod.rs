@@ -18,7 +18,9 @@ use std::ops::Range;
 use purebee_isa::ops::{bitlinear_act_scale, bitlinear_quantize};
 
 use super::f16::f16_to_f32;
-use super::{Simd, SimdLevel};
+use super::Simd;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::SimdLevel;
 use layout::{for_each_tile, group_sums};
 
 #[cfg(target_arch = "x86_64")]

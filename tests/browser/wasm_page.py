@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The browser demo (web/dist, built by scripts/build-web.sh) in a real browser: Debian's
+Chromium, headless, driven by Playwright, with WebGPU on its software adapter (SwiftShader).
+
+For each tiny fixture model and each engine (the wasm CPU engine and WebGPU), the page's test
+contract `index.html?model=URL&prompt=TEXT&n=N&temp=0&engine=E&autorun=1` must write the
+text that `purebee-rs run MODEL -p TEXT -n N --temp 0` writes into #output, with
+#output[data-engine] naming the engine that ran. A page that cannot run (no adapter, a
+load error) shows #error, which fails the check with its message. `engine=auto` must give
+the same text on whichever engine it ran (WebGPU when it runs the model, else the CPU).
+
+Exits non-zero on any failure, saying which check failed; the file server and the browser
+are always stopped. `--engines cpu,webgpu,auto` picks the engines (all three by default);
+`--models a,b` picks fixtures.
+"""
+
+import argparse
+import functools
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = ROOT / "target" / "debug" / "purebee-rs"
+DIST = ROOT / "web" / "dist"
+FIXTURES = ROOT / "fixtures" / "bitnet-tiny"
+MODELS = ["tiny_b158_i2_s", "tiny_b158_tq1_0", "tiny_bitnet_tq2_0"]
+CHROMIUM = "/usr/bin/chromium"
+# WebGPU on Chromium's software adapter; the background-networking switches keep Chromium's
+# own connections (refused on a closed network) from holding up the page's.
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--enable-unsafe-webgpu", "--enable-features=Vulkan",
+    "--use-webgpu-adapter=swiftshader", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+PROMPT = "Once upon a time"
+TOKENS = 24
+TIMEOUT_S = 120
+
+
+class Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves the repository: the page under /web/dist, the models under /fixtures."""
+
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".wasm": "application/wasm", ".js": "text/javascript", ".gguf": "application/octet-stream"}
+
+    def log_message(self, *args):
+        pass
+
+
+def cli_text(model: Path) -> str:
+    out = subprocess.run(
+        [str(BINARY), "run", str(model), "-p", PROMPT, "-n", str(TOKENS), "--temp", "0", "--output", "json"],
+        check=True, capture_output=True, text=True,
+    )
+    return json.loads(out.stdout)["text"]
+
+
+def run_page(page, port: int, model: str, engine: str) -> tuple[str, str]:
+    query = urllib.parse.urlencode({
+        "model": f"/fixtures/bitnet-tiny/{model}.gguf", "prompt": PROMPT, "n": TOKENS,
+        "temp": 0, "engine": engine, "autorun": 1,
+    })
+    page.goto(f"http://127.0.0.1:{port}/web/dist/index.html?{query}")
+    page.wait_for_function(
+        "document.querySelector('#output')?.dataset.done === '1'"
+        " || document.querySelector('#error')?.textContent.length > 0",
+        timeout=TIMEOUT_S * 1000,
+    )
+    error = page.text_content("#error") or ""
+    if error:
+        raise AssertionError(f"{model} on {engine}: the page reports: {error}")
+    return page.text_content("#output") or "", page.get_attribute("#output", "data-engine") or ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engines", default="cpu,webgpu,auto")
+    parser.add_argument("--models", default=",".join(MODELS))
+    args = parser.parse_args()
+    engines = args.engines.split(",")
+    if not set(engines) <= {"cpu", "webgpu", "auto"}:
+        print(f"error: --engines {args.engines}: each is cpu, webgpu or auto", file=sys.stderr)
+        return 2
+    if not (DIST / "index.html").exists():
+        print(f"error: {DIST} is not built: run scripts/build-web.sh", file=sys.stderr)
+        return 1
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(ROOT)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    failures = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                for model in args.models.split(","):
+                    want = cli_text(FIXTURES / f"{model}.gguf")
+                    for engine in engines:
+                        page = browser.new_page()
+                        errors = []
+                        page.on("pageerror", lambda e: errors.append(str(e)))
+                        start = time.monotonic()
+                        try:
+                            text, ran = run_page(page, port, model, engine)
+                            if ran != engine and not (engine == "auto" and ran in ("cpu", "webgpu")):
+                                raise AssertionError(f"{model}: asked for {engine}, data-engine says {ran!r}")
+                            if text != want:
+                                raise AssertionError(f"{model} on {engine}: the page wrote {text!r}, the CLI {want!r}")
+                            if errors:
+                                raise AssertionError(f"{model} on {engine}: script errors: {errors}")
+                            print(f"ok: {model} on {engine} ({time.monotonic() - start:.1f} s): {text!r}")
+                        except Exception as e:  # noqa: BLE001 - every failure is reported, then counted
+                            failures.append(str(e))
+                            print(f"FAIL: {e}", file=sys.stderr)
+                        finally:
+                            page.close()
+            finally:
+                browser.close()
+    finally:
+        server.shutdown()
+    if failures:
+        print(f"{len(failures)} browser check(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
