@@ -69,8 +69,8 @@ pub struct GpuOptions {
     /// binding, 256 MiB per buffer, 8 storage buffers per stage, ...; lowered where the
     /// adapter has less) instead of the adapter's own, as a page that asks for nothing more
     /// gets them. Off by default, natively and in a browser; the environment variable
-    /// `PUREBEE_GPU_DEFAULT_LIMITS=1` turns it on (natively), to check that a model loads
-    /// and runs within them.
+    /// `PUREBEE_GPU_DEFAULT_LIMITS=1` turns it on (natively), to check that programs and
+    /// their tensors run within them.
     pub default_limits: bool,
     /// Run the compiler's fusion pass (`fuse/`): fused kernels for the patterns it
     /// matches. `false` compiles every instruction to its own kernels (as does the

@@ -3,7 +3,7 @@
 //!
 //! **Shards.** A tensor has one or more parts (`kernels::layout`), each normally one buffer.
 //! A part larger than the largest buffer (`GpuContext::max_buffer`: 256 MiB under WebGPU's
-//! default limits, where the 2B model's 656 MB F16 embedding would not fit) is stored as
+//! default limits, where a 656 MB F16 table of 128256 rows would not fit) is stored as
 //! several buffers, its *shards*: consecutive runs of whole rows, each but the last holding
 //! exactly `shard_bytes` bytes. A shard is a whole number of row windows
 //! (`kernels::window_rows`: what one binding holds, cut at the same rows in every part), so
@@ -181,22 +181,84 @@ impl TensorStore {
     }
 }
 
-/// Bytes per shard of part `part` (`size` bytes) of a tensor: the whole part when it fits one
-/// buffer; else as many whole row windows as fit in one. Larger than one binding is fine
-/// (kernels that take big weights bind row windows); a part that cannot be cut so (not laid
-/// out in rows, or not even one window of rows fits) is [`GpuError::TooLarge`].
+/// Bytes per shard of part `part` (`size` bytes) of a tensor, on `ctx`'s buffers and
+/// bindings (see [`shard_bytes_for`]); [`GpuError::TooLarge`] when it cannot be cut.
 fn shard_bytes(ctx: &crate::GpuContext, desc: &TensorDesc, part: usize, size: u64) -> Result<u64, GpuError> {
-    let max_buffer = ctx.max_buffer();
-    if size <= max_buffer {
-        return Ok(size.max(4));
-    }
     let row_bytes = layout::part_row_bytes(desc);
+    shard_bytes_for(&row_bytes, part, size, ctx.max_binding(), ctx.max_buffer()).ok_or_else(|| GpuError::TooLarge {
+        tensor: desc.name.clone(),
+        bytes: size,
+        limit: ctx.max_buffer(),
+    })
+}
+
+/// Bytes per shard of part `part` (`size` bytes) of a tensor whose parts have `row_bytes`
+/// bytes a row (`layout::part_row_bytes`): the whole part when it fits one buffer of
+/// `max_buffer` bytes; else as many whole row windows of `max_binding` bytes as fit in one.
+/// Larger than one binding is fine (kernels that take big weights bind row windows); `None`
+/// for a part that cannot be cut so (not laid out in rows, or not even one window of rows
+/// fits).
+fn shard_bytes_for(row_bytes: &[u64], part: usize, size: u64, max_binding: u64, max_buffer: u64) -> Option<u64> {
+    if size <= max_buffer {
+        return Some(size.max(4));
+    }
     let widest = row_bytes.iter().copied().max().unwrap_or(0).max(1);
-    let window = window_rows(widest, ctx.max_binding()) as u64;
+    let window = window_rows(widest, max_binding) as u64;
     let windows_per_shard = max_buffer / (window * widest).max(1);
     let shard = window * windows_per_shard * row_bytes.get(part).copied().unwrap_or(0);
-    if shard == 0 {
-        return Err(GpuError::TooLarge { tensor: desc.name.clone(), bytes: size, limit: max_buffer });
+    (shard > 0).then_some(shard)
+}
+
+#[cfg(test)]
+mod tests {
+    use purebee_memory::{DType, Registry, Shape};
+
+    use super::*;
+    use crate::context::Capabilities;
+    use crate::kernels::RecordCtx;
+
+    #[test]
+    fn every_row_window_of_every_part_lies_inside_one_shard() {
+        let shapes = [
+            (DType::F16, 5000, 80),
+            (DType::F32, 12345, 10),
+            (DType::Q8_0, 9001, 32),
+            (DType::Q4_1, 4099, 96),
+            (DType::TQ2_0, 3001, 512),
+            (DType::TQ1_0, 2222, 768),
+            (DType::I2_S, 7777, 384),
+        ];
+        for (dtype, rows, cols) in shapes {
+            let mut reg = Registry::new();
+            let id = reg.declare("t", dtype, Shape::matrix(rows, cols).expect("shape")).expect("declared");
+            let desc = reg.desc(id).expect("declared").clone();
+            let parts = layout::gpu_parts(&desc, None).expect("sizes");
+            let row_bytes = layout::part_row_bytes(&desc);
+            for (max_binding, max_buffer) in [(64 << 10, 160 << 10), (64 << 10, 64 << 10), (100_000, 350_000)] {
+                let ctx = RecordCtx { reg: &reg, caps: Capabilities::default(), max_workgroups: 65535, max_binding };
+                let windows = ctx.row_windows(&desc).expect("windows of whole rows fit");
+                for (p, part) in parts.iter().enumerate() {
+                    let what = format!("{dtype} [{rows}, {cols}] part {p}, caps {max_binding} / {max_buffer}");
+                    let size = part.size();
+                    let shard = shard_bytes_for(&row_bytes, p, size, max_binding, max_buffer).expect("cut");
+                    assert!(shard <= max_buffer || size <= max_buffer, "{what}: shard of {shard} bytes");
+                    let shards = size.div_ceil(shard);
+                    if row_bytes[p] == 0 {
+                        assert_eq!(shards, 1, "{what}: a part not in rows is never cut");
+                        continue;
+                    }
+                    assert!(shards == 1 || shard.is_multiple_of(256), "{what}: shards of {shard} bytes");
+                    for w in &windows {
+                        // As the kernels bind a window (`linear.rs`, `embed.rs`).
+                        let offset = w.start as u64 * row_bytes[p];
+                        let len = (w.len() as u64 * row_bytes[p]).next_multiple_of(4);
+                        let i = offset / shard;
+                        let shard_size = shard.min(size - i * shard);
+                        assert!(offset - i * shard + len <= shard_size, "{what}: window {w:?} crosses a shard");
+                    }
+                }
+                assert!(windows.len() > 1, "{dtype} [{rows}, {cols}]: several windows");
+            }
+        }
     }
-    Ok(shard)
 }
