@@ -10,6 +10,8 @@
 //! The JavaScript API (`bindings`, wasm32 only) is what `web/www/app.js` uses; the page
 //! and how to build it are in `web/README.md`. It must not know the page: no DOM here.
 
+#![forbid(unsafe_code)]
+
 pub mod session;
 
 #[cfg(target_arch = "wasm32")]
