@@ -43,6 +43,29 @@ pub use engine::{GpuEngine, COMPILED_PROGRAMS};
 pub use error::GpuError;
 pub use kernels::ScratchKey;
 
+/// A WGSL module the engine may create: its name (the kernel files it is made of), its whole
+/// source, and whether it needs subgroup operations.
+#[derive(Clone, Copy, Debug)]
+pub struct WgslModule {
+    /// The kernel files it is made of, as in labels and messages.
+    pub name: &'static str,
+    /// The whole WGSL source, as given to `create_shader_module`.
+    pub source: &'static str,
+    /// Whether it uses subgroup operations (only on a device with wgpu's SUBGROUP feature).
+    pub uses_subgroups: bool,
+}
+
+/// Every WGSL module the engine may create, for checking them with another WGSL compiler
+/// than naga (a browser's: `tests/browser/wgsl_compile.py`, through the `wgsl_modules`
+/// example).
+pub fn wgsl_modules() -> impl Iterator<Item = WgslModule> {
+    kernels::Shader::ALL.into_iter().map(|s| WgslModule {
+        name: s.name(),
+        source: s.source(),
+        uses_subgroups: s.uses_subgroups(),
+    })
+}
+
 // The loader boxes engines as `dyn Engine + Send`, natively and in a browser (where wgpu's
 // handles are marked Send: a wasm build without atomics has one thread).
 const _: () = {

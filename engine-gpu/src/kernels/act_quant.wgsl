@@ -42,10 +42,10 @@ fn div_bits(n_bits: u32, d_bits: u32) -> u32 {
     }
     // q = floor(2^25 · mn / md), in [2^24, 2^26); r ≠ 0 when inexact. Biased exponent of the
     // result: en − ed + 127 when mn ≥ md (q ≥ 2^25), one less otherwise.
-    var mant: u32;
-    var rnd: u32;
-    var sticky: u32;
-    var e: u32;
+    var mant = 0u;
+    var rnd = 0u;
+    var sticky = 0u;
+    var e = 0u;
     if (q >= 0x2000000u) {
         mant = q >> 2u;
         rnd = (q >> 1u) & 1u;

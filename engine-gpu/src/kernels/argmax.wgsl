@@ -1,7 +1,7 @@
 // ARGMAX: per row, the lowest index of the largest element; NaN never wins; a row of only NaN
 // (or no elements) gives 0. One workgroup per row.
 //
-// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_argmax`), then
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `Grid`, `reduce_argmax`), then
 // `argmax_key.wgsl` (`argmax_key`, `NONE`: the row is read as raw bits and compared as
 // order-preserving integer keys).
 //
@@ -27,8 +27,8 @@ struct Params {
 override WG: u32 = 256u;
 
 @compute @workgroup_size(WG)
-fn argmax(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn argmax(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }

@@ -155,7 +155,7 @@ const LANES: u32 = WG / TILE;
 const MAX_HEADS: u32 = 8u;
 
 // The score of positions past a chunk's end; also the `m` of an empty split.
-const LOWEST: f32 = -3.40282347e38;
+const LOWEST: f32 = -0x1.fffffep+127f;
 
 var<workgroup> queries: array<f32, HEADS * HD>;
 // Per (head, position, lane): that lane's part of the score.
@@ -248,7 +248,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
         load_tile_rows(r, t0, count, lid.x);
 
         // 1. This lane's part of each head's score for position t0 + at.
-        var dots: array<f32, MAX_HEADS>;
+        var dots = array<f32, MAX_HEADS>();
         let key_row = select(0u, tile_row(t0, at) * p.kv_width + kv_off, at < count);
         for (var d = lane; d < HD; d += 8u * LANES) {
             let k0 = key(key_row, d);
@@ -304,7 +304,7 @@ fn partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
         // 4. Σ w·v for this thread's columns over its row group's positions of the tile.
         if (row_group < ROWG) {
             for (var d = col; d < HD; d += COLS) {
-                var o: array<f32, MAX_HEADS>;
+                var o = array<f32, MAX_HEADS>();
                 var j = row_group;
                 let v_col = kv_off + d;
                 // Eight value rows per step, loaded before they are used. (Each sum is

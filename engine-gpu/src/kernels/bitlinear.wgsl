@@ -1,7 +1,7 @@
 // BITLINEAR: per-row int8 activations × ternary weights, exact integer sums, then the float
 // scaling y = Σ_b d_b · isum_b / s (× scale[0]); see isa/src/ops/bitlinear.rs.
 //
-// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), then
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, Grid, reduce_*), then
 // act_quant.wgsl (abs_bits, act_scale_bits, quantize1); followed by the file that defines
 // store_out(i, v), what the products do with output element i: product_store.wgsl (write
 // it to `out`) or residual_add.wgsl (the fused residual TENSOR_ADD epilogue).
@@ -70,8 +70,8 @@ override ROW_SCALE: u32 = 0u;
 override HAS_SCALE: u32 = 0u;
 
 @compute @workgroup_size(WG)
-fn quantize(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn quantize(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     var mx = 0u;
     if (row < p.n) {
         for (var e = ids.lidx; e < p.k; e = e + WG) {
@@ -113,9 +113,9 @@ fn finish(y: f32, tok: u32) -> f32 {
 }
 
 @compute @workgroup_size(WG)
-fn gemv(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
-    let tok = ids.wid.z;
+fn gemv(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
+    let tok = grid.wid.z;
     var facc = 0.0;
     var iacc = 0i;
     if (row < p.m) {
@@ -132,7 +132,7 @@ fn gemv(ids: Ids) {
             }
         }
     }
-    var y: f32;
+    var y = 0.0;
     if (ROW_SCALE == 1u) {
         y = f32(reduce_add_i32(iacc, ids)) * wscales[0];
     } else {
@@ -161,8 +161,8 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
     let tr = lidx % 16u;
     let tt = lidx / 16u;
     let kw = p.k / 4u; // activation words per token
-    var facc: array<f32, 8>;
-    var iacc: array<i32, 8>;
+    var facc = array<f32, 8>();
+    var iacc = array<i32, 8>();
     for (var w0 = 0u; w0 < p.words; w0 = w0 + TKW) {
         // Stage 64 rows × 16 code words and 32 tokens × 64 activation words; past the edges,
         // zeros (activation 0 contributes 0 whatever the code).
@@ -191,7 +191,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
         // second half, which does not depend on the row): t = code − 1, so the block's sum
         // is Σ q·code − Σ q, exactly. Each token's four activation words are read once per
         // code word for the four rows.
-        var isum: array<i32, 8>;
+        var isum = array<i32, 8>();
         var qsum0 = 0i;
         var qsum1 = 0i;
         let ones = 0x01010101u;
@@ -239,7 +239,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
             let r = row0 + tr + 16u * i;
             let t = tok0 + tt + 16u * j;
             if (r < p.m && t < p.n) {
-                var y: f32;
+                var y = 0.0;
                 if (ROW_SCALE == 1u) {
                     y = f32(iacc[2u * i + j]) * wscales[0];
                 } else {

@@ -114,8 +114,8 @@ fn multi_rows(w: u32) -> u32 {
 }
 
 @compute @workgroup_size(WG)
-fn gemv_multi(ids: Ids) {
-    let grow = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn gemv_multi(ids: Ids, grid: Grid) {
+    let grow = grid_index(grid);
     var w = 0u;
     var row = grow;
     if (grow >= p.split2) {
@@ -137,8 +137,8 @@ fn gemv_multi(ids: Ids) {
 // bindings are not bound, so the dispatch fits 16 storage buffers per stage (14; wgpu's GL
 // backend reports 16 on llvmpipe).
 @compute @workgroup_size(WG)
-fn gemv_multi_rope(ids: Ids) {
-    let g = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn gemv_multi_rope(ids: Ids, grid: Grid) {
+    let g = grid_index(grid);
     let it = qkv_item(g, multi_rows(0u), multi_rows(1u), multi_rows(2u));
     let w = min(it.w, 2u);
     let ya = multi_sum(w, it.a, multi_rows(w), ids) / act_scales[0];
@@ -150,8 +150,8 @@ fn gemv_multi_rope(ids: Ids) {
 
 // gemv_multi_rope with each weight's output scale (mfinish).
 @compute @workgroup_size(WG)
-fn gemv_multi_rope_scaled(ids: Ids) {
-    let g = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn gemv_multi_rope_scaled(ids: Ids, grid: Grid) {
+    let g = grid_index(grid);
     let it = qkv_item(g, multi_rows(0u), multi_rows(1u), multi_rows(2u));
     let w = min(it.w, 2u);
     let ya = mfinish(w, multi_sum(w, it.a, multi_rows(w), ids));
@@ -162,8 +162,8 @@ fn gemv_multi_rope_scaled(ids: Ids) {
 }
 
 @compute @workgroup_size(WG)
-fn gemv_gated(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn gemv_gated(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     var fg = 0.0;
     var fu = 0.0;
     var ig = 0i;
@@ -188,8 +188,8 @@ fn gemv_gated(ids: Ids) {
             }
         }
     }
-    var yg: f32;
-    var yu: f32;
+    var yg = 0.0;
+    var yu = 0.0;
     if (ROW_SCALE == 1u) {
         yg = f32(reduce_add_i32(ig, ids)) * wscales0[0];
         yu = f32(reduce_add_i32(iu, ids)) * wscales1[0];

@@ -15,8 +15,8 @@ fn f16_bits(b: u32) -> u32 {
         return sign | 0x7c00u;
     }
     let sig = select(man | 0x800000u, man, e == 0u);
-    var kept: u32;
-    var shift: u32;
+    var kept = 0u;
+    var shift = 0u;
     if (e >= 113u) {
         // A normal f16: its exponent field above the top ten mantissa bits (a carry on
         // rounding goes into the exponent, up to inf).

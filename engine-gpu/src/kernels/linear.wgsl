@@ -1,7 +1,7 @@
 // LINEAR: out[t, j] = Σ_i x[t, i] · W[j, i], weights decoded from their GPU layout
 // (kernels/layout.rs) exactly as memory::quant decodes them, products summed in f32.
 //
-// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_add_f32), then
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, Grid, reduce_add_f32), then
 // act_quant.wgsl (abs_bits, act_scale_bits, quantize1, dequantize1) and rms_sum.wgsl
 // (sum_squares, inv_rms_of); followed by the file that
 // says which weight the decoders read (wword, wscale, weight_rows): linear_weight.wgsl (the
@@ -164,7 +164,7 @@ fn codes_at(block: u32) -> u32 {
 // Elements e0 .. e0 + 8 of weight row `row` (e0 a multiple of 8), decoded; elements at or
 // past k (plain dtypes, whose rows need not be whole chunks) are 0.
 fn load8(row: u32, e0: u32) -> array<f32, 8> {
-    var v: array<f32, 8>;
+    var v = array<f32, 8>();
     if (DTYPE <= DT_BF16) {
         let base = row * p.k + e0;
         if (e0 + 8u <= p.k && (base & 7u) == 0u) {
@@ -334,7 +334,7 @@ var<private> last_rounded: XBlock;
 // Every product workgroup rounds the blocks it multiplies, so x's row is read once per
 // output row instead of once: linear.rs allows it only where those reads are few.
 fn x_block(tok: u32, b: u32) -> XBlock {
-    var r: XBlock;
+    var r = XBlock();
     if (ROUND == 0u) {
         for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
             r.codes[j] = x[int8_code_word(p.n, p.k, tok, b, j)];
@@ -347,7 +347,7 @@ fn x_block(tok: u32, b: u32) -> XBlock {
     if (tok == last_block.y && b == last_block.x) {
         return last_rounded;
     }
-    var v: array<vec4<f32>, 8>;
+    var v = array<vec4<f32>, 8>();
     var mx = 0u;
     for (var j = 0u; j < BLOCK_WORDS; j = j + 1u) {
         for (var c = 0u; c < 4u; c = c + 1u) {
@@ -379,13 +379,13 @@ fn x_block(tok: u32, b: u32) -> XBlock {
 fn words32_at(off: u32) -> array<u32, 8> {
     let i = off >> 2u;
     let aligned = (off & 2u) == 0u;
-    var w: array<u32, 9>;
+    var w = array<u32, 9>();
     for (var j = 0u; j < 8u; j = j + 1u) {
         w[j] = wword(i + j);
     }
     // Aligned, the ninth word is not needed (and may lie past the buffer): the eighth again.
     w[8] = wword(select(i + 8u, i + 7u, aligned));
-    var c: array<u32, 8>;
+    var c = array<u32, 8>();
     for (var j = 0u; j < 8u; j = j + 1u) {
         c[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j], aligned);
     }
@@ -419,7 +419,7 @@ fn dot_blocks(row: u32, tok: u32, first: u32, stride: u32) -> f32 {
         // The weight block's words and scales first, x's block after: the weight's loads are
         // in flight while x's are (and, when the product rounds x itself, while it rounds).
         let off = block_at(row, b);
-        var c: array<u32, 8>;
+        var c = array<u32, 8>();
         if (DTYPE == DT_Q8_0) {
             c = words32_at(codes_at(off));
         } else {
@@ -491,10 +491,10 @@ fn gemv_total(row: u32, tok: u32, ids: Ids) -> f32 {
 }
 
 @compute @workgroup_size(WG)
-fn gemv(ids: Ids) {
+fn gemv(ids: Ids, grid: Grid) {
     round_prologue(ids);
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
-    let tok = ids.wid.z;
+    let row = grid_index(grid);
+    let tok = grid.wid.z;
     let total = gemv_total(row, tok, ids);
     if (row < p.m && ids.lidx == 0u) {
         store_out(tok * p.out_stride + p.row0 + row, total);
@@ -565,7 +565,7 @@ fn tiled(@builtin(local_invocation_index) lidx: u32, @builtin(workgroup_id) wid:
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 = k0 + TK) {
-        var v: array<f32, 8>;
+        var v = array<f32, 8>();
         if (row0 + lr < p.m) {
             v = load8(row0 + lr, k0 + lc);
         }
@@ -645,7 +645,7 @@ struct QStaged {
 }
 
 fn qstage_load(lidx: u32, row0: u32, tok0: u32, b: u32) -> QStaged {
-    var s: QStaged;
+    var s = QStaged();
     s.s = 1.0;
     let r = row0 + lidx / 4u;
     let part = lidx % 4u;

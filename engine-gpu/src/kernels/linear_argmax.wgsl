@@ -29,8 +29,8 @@ fn write_part(slot: u32, key: u32, idx: u32) {
 }
 
 @compute @workgroup_size(WG)
-fn gemv_argmax(ids: Ids) {
-    let wg = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn gemv_argmax(ids: Ids, grid: Grid) {
+    let wg = grid_index(grid);
     // Rows increase, so a strict `>` keeps the lowest index of the best.
     var best_key = 0u;
     var best_idx = NONE;

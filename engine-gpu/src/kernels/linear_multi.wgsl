@@ -89,9 +89,9 @@ fn store_multi(row: u32, v: f32) {
 }
 
 @compute @workgroup_size(WG)
-fn gemv_multi(ids: Ids) {
+fn gemv_multi(ids: Ids, grid: Grid) {
     round_prologue(ids);
-    let wg = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let wg = grid_index(grid);
     let row = wg - select_weight(wg);
     let total = gemv_total(row, 0u, ids);
     if (row < weight_rows() && ids.lidx == 0u) {
@@ -124,9 +124,9 @@ fn qkv_out(w: u32, row: u32, v: f32) {
 // gemv_multi with ROPE and KV_WRITE as its epilogue (rope_qkv.wgsl, concatenated after this
 // file): one workgroup per item, the two rows of a pair one after the other.
 @compute @workgroup_size(WG)
-fn gemv_multi_rope(ids: Ids) {
+fn gemv_multi_rope(ids: Ids, grid: Grid) {
     round_prologue(ids);
-    let it = qkv_item(ids.wid.y * ids.nwg.x + ids.wid.x, p.m, p.m1, p.m2);
+    let it = qkv_item(grid_index(grid), p.m, p.m1, p.m2);
     wsel = min(it.w, 2u);
     let ya = gemv_total(it.a, 0u, ids);
     let yb = gemv_total(it.b, 0u, ids);
@@ -162,9 +162,9 @@ fn store_gated(row: u32, yg: f32, yu: f32) {
 }
 
 @compute @workgroup_size(WG)
-fn gemv_gated(ids: Ids) {
+fn gemv_gated(ids: Ids, grid: Grid) {
     round_prologue(ids);
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+    let row = grid_index(grid);
     wsel = 0u;
     let yg = gemv_total(row, 0u, ids);
     wsel = 1u;

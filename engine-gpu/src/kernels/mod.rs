@@ -24,6 +24,8 @@ pub(crate) mod rope_qkv;
 pub(crate) mod row_reduce;
 pub(crate) mod softmax;
 pub(crate) mod top_k;
+#[cfg(test)]
+mod wgsl_rules;
 
 use purebee_isa::{F32Arg, Instruction, U32Arg};
 use purebee_memory::{Registry, TensorDesc, TensorId};
@@ -122,8 +124,7 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    /// Every variant (for tests over all shaders).
-    #[cfg(test)]
+    /// Every variant (for tests over all shaders, and [`crate::wgsl_modules`]).
     pub const ALL: [Shader; 34] = [
         Shader::Elementwise,
         Shader::RmsNorm,
@@ -199,6 +200,12 @@ impl Shader {
             Shader::NormQuant => "norm_quant.wgsl",
             Shader::NormQuantSubgroup => "norm_quant.wgsl (subgroups)",
         }
+    }
+
+    /// Whether the module uses subgroup operations (created only on a device with wgpu's
+    /// SUBGROUP feature, never in a browser build).
+    pub fn uses_subgroups(self) -> bool {
+        self.source().contains("subgroup_invocation_id")
     }
 
     /// The WGSL source.

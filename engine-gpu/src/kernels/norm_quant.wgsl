@@ -4,7 +4,7 @@
 //     RMS_NORM(h, x, w, eps) ; BITLINEAR(·, h, ·) ...               (norm_quant)
 //     RMS_NORM(h, x, w, eps) ; LINEAR(·, h, ·, Int8Blocks) ...      (norm_quant_blocks)
 //
-// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, reduce_*), act_quant.wgsl
+// Preceded by reduce_portable.wgsl or reduce_subgroup.wgsl (Ids, Grid, reduce_*), act_quant.wgsl
 // (abs_bits, act_scale_bits, quantize1) and rms_norm.wgsl (its bindings, WG and inv_rms).
 // The float arithmetic is that of rms_norm.wgsl, operation for operation, with the same
 // workgroup size (the dispatcher takes rms_norm's), so every h_i = x_i · inv · w_i is
@@ -182,8 +182,8 @@ fn norm_quant_held(ids: Ids, inplace: bool, row: u32, base: u32) {
     }
 }
 
-fn norm_quant_row(ids: Ids, inplace: bool) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn norm_quant_row(ids: Ids, grid: Grid, inplace: bool) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }
@@ -208,7 +208,7 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
     let s_bits = act_scale_bits(reduce_max_u32(mx, ids));
     let s = bitcast<f32>(s_bits);
     for (var wd = ids.lidx; wd < p.cols / 4u; wd = wd + WG) {
-        var h: vec4<f32>;
+        var h = vec4<f32>();
         for (var b = 0u; b < 4u; b = b + 1u) {
             let e = 4u * wd + b;
             h[b] = load(inplace, base + e) * inv * weight[e];
@@ -225,14 +225,14 @@ fn norm_quant_row(ids: Ids, inplace: bool) {
 
 // h = rms_norm(x), quantized.
 @compute @workgroup_size(WG)
-fn norm_quant(ids: Ids) {
-    norm_quant_row(ids, false);
+fn norm_quant(ids: Ids, grid: Grid) {
+    norm_quant_row(ids, grid, false);
 }
 
 // out = rms_norm(out), quantized.
 @compute @workgroup_size(WG)
-fn norm_quant_inplace(ids: Ids) {
-    norm_quant_row(ids, true);
+fn norm_quant_inplace(ids: Ids, grid: Grid) {
+    norm_quant_row(ids, grid, true);
 }
 
 // Blocks per row norm_quant_blocks can hold (norm_quant.rs: MAX_BLOCK_ROW).
@@ -360,8 +360,8 @@ fn norm_quant_blocks_held(ids: Ids, inplace: bool, row: u32, base: u32) {
     store_held_block_word(row, base, i + 7u * WG, h7);
 }
 
-fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn norm_quant_blocks_row(ids: Ids, grid: Grid, inplace: bool) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }
@@ -395,12 +395,12 @@ fn norm_quant_blocks_row(ids: Ids, inplace: bool) {
 
 // h = rms_norm(x), rounded to int8 blocks.
 @compute @workgroup_size(WG)
-fn norm_quant_blocks(ids: Ids) {
-    norm_quant_blocks_row(ids, false);
+fn norm_quant_blocks(ids: Ids, grid: Grid) {
+    norm_quant_blocks_row(ids, grid, false);
 }
 
 // out = rms_norm(out), rounded to int8 blocks.
 @compute @workgroup_size(WG)
-fn norm_quant_blocks_inplace(ids: Ids) {
-    norm_quant_blocks_row(ids, true);
+fn norm_quant_blocks_inplace(ids: Ids, grid: Grid) {
+    norm_quant_blocks_row(ids, grid, true);
 }

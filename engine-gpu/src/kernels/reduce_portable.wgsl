@@ -1,7 +1,7 @@
 // Workgroup reductions in workgroup memory (no subgroup operations): the portable prelude of
 // the kernels that reduce across a workgroup (LINEAR, BITLINEAR, RMS_NORM, SOFTMAX, ARGMAX;
 // see `Shader::source`). reduce_subgroup.wgsl defines the same names with subgroup
-// operations; the kernel file that follows uses only `Ids` and the reduce_* functions, and
+// operations; the kernel file that follows uses only `Ids`, `Grid` and the reduce_* functions, and
 // defines the override WG (a power of two, ≤ 256).
 //
 // Every reduce_* function must be called by the whole workgroup in uniform control flow; it
@@ -11,8 +11,20 @@
 // The builtins a kernel entry point takes (subgroup builtins only in the subgroup prelude).
 struct Ids {
     @builtin(local_invocation_index) lidx: u32,
+}
+
+// The workgroup's place in the dispatch grid, apart from `Ids`: an entry point's struct
+// parameter is uniform only when all its members are, and a row index must be uniform for
+// the barriers that follow a `row >= rows` return (WGSL's uniformity analysis; Tint, a
+// browser's compiler, enforces it).
+struct Grid {
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
+}
+
+// The workgroup's index in a grid of (x, y) workgroups, row-major.
+fn grid_index(grid: Grid) -> u32 {
+    return grid.wid.y * grid.nwg.x + grid.wid.x;
 }
 
 var<workgroup> red_f: array<f32, 256>;

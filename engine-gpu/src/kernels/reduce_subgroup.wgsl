@@ -12,11 +12,23 @@
 // The builtins a kernel entry point takes.
 struct Ids {
     @builtin(local_invocation_index) lidx: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_id) sg_id: u32,
     @builtin(num_subgroups) n_sg: u32,
+}
+
+// The workgroup's place in the dispatch grid, apart from `Ids`: an entry point's struct
+// parameter is uniform only when all its members are, and a row index must be uniform for
+// the barriers that follow a `row >= rows` return (WGSL's uniformity analysis; Tint, a
+// browser's compiler, enforces it).
+struct Grid {
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+}
+
+// The workgroup's index in a grid of (x, y) workgroups, row-major.
+fn grid_index(grid: Grid) -> u32 {
+    return grid.wid.y * grid.nwg.x + grid.wid.x;
 }
 
 var<workgroup> red_f: array<f32, 256>;

@@ -23,7 +23,7 @@ fn store_out(i: u32, v: f32) {
     if (WRITE_OUT == 1u) {
         out[i] = v;
     }
-    var r: f32;
+    var r = 0.0;
     if (RES_INPLACE == 1u) {
         r = sum[i];
     } else {

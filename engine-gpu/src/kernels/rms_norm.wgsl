@@ -1,6 +1,6 @@
 // RMS_NORM: out_i = x_i / sqrt(mean(x²) + eps) · weight_i, one workgroup per row.
 //
-// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `reduce_add_f32`) and
+// Prefixed by `reduce_portable.wgsl` or `reduce_subgroup.wgsl` (`Ids`, `Grid`, `reduce_add_f32`) and
 // `rms_sum.wgsl` (`sum_squares`, `inv_rms_of`, shared with linear.wgsl). Each
 // invocation sums the squares of elements lid, lid + WG, ... of its row in f32 (in that
 // order, four loads at a time), the workgroup adds the partial sums, then each invocation
@@ -72,8 +72,8 @@ fn scale_row(inplace: bool, base: u32, lidx: u32, inv: f32) {
 
 // out = rms_norm(x)
 @compute @workgroup_size(WG)
-fn rms_norm(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn rms_norm(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }
@@ -84,8 +84,8 @@ fn rms_norm(ids: Ids) {
 
 // out = rms_norm(out)
 @compute @workgroup_size(WG)
-fn rms_norm_inplace(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn rms_norm_inplace(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }

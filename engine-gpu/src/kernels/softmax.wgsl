@@ -55,8 +55,8 @@ fn weight(v: f32, m: f32) -> f32 {
 
 // out = softmax(x)
 @compute @workgroup_size(WG)
-fn softmax(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn softmax(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }
@@ -81,8 +81,8 @@ fn softmax(ids: Ids) {
 
 // out = softmax(out)
 @compute @workgroup_size(WG)
-fn softmax_inplace(ids: Ids) {
-    let row = ids.wid.y * ids.nwg.x + ids.wid.x;
+fn softmax_inplace(ids: Ids, grid: Grid) {
+    let row = grid_index(grid);
     if (row >= p.rows) {
         return;
     }

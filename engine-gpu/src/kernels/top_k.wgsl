@@ -69,7 +69,7 @@ fn top_k(
     let start = slice * (WG * E);
     let len = min(WG * E, p.count - start);
 
-    var keys: array<vec2<u32>, E>;
+    var keys = array<vec2<u32>, E>();
     for (var e = 0u; e < E; e = e + 1u) {
         let j = lidx + e * WG;
         var key = vec2<u32>(0u, 0u);
