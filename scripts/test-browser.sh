@@ -5,9 +5,13 @@
 #   target/debug/purebee-rs, built here when it is missing or older than the server's
 #   sources (the page is compiled into it); `--screenshot PATH` saves the page
 #   mid-conversation;
-# - the wasm demo page (tests/browser/wasm_page.py): built into web/dist first
-#   (scripts/build-web.sh), it must write the command line's greedy text for the tiny
-#   fixtures on the wasm CPU engine, and under `engine=auto`.
+# - every WGSL module of the GPU engine compiled by Chromium's own compiler
+#   (tests/browser/wgsl_compile.py);
+# - built into web/dist first (scripts/build-web.sh): the engine check page against the
+#   reference engine, on WebGPU and on the wasm CPU engine
+#   (tests/browser/engine_check_page.py), and the demo page, which must write the command
+#   line's greedy text for the tiny fixtures on both engines and under `engine=auto`
+#   (tests/browser/wasm_page.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=$(./scripts/browser-env.sh)
@@ -16,5 +20,10 @@ if [ ! -x "$binary" ] || [ -n "$(find server/src -newer "$binary" -print -quit)"
   cargo build -p purebee-cli --locked
 fi
 "$python" tests/browser/serve_page.py "$@"
+"$python" tests/browser/wgsl_compile.py
 ./scripts/build-web.sh
-"$python" tests/browser/wasm_page.py --engines cpu,auto
+"$python" tests/browser/engine_check_page.py
+"$python" tests/browser/wasm_page.py --engines cpu
+# WebGPU on SwiftShader takes about a second a token on two cores: fewer tokens there.
+"$python" tests/browser/wasm_page.py --engines webgpu --tokens 10
+"$python" tests/browser/wasm_page.py --engines auto --tokens 10 --models tiny_b158_i2_s

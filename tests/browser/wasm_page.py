@@ -11,7 +11,9 @@ the same text on whichever engine it ran (WebGPU when it runs the model, else th
 
 Exits non-zero on any failure, saying which check failed; the file server and the browser
 are always stopped. `--engines cpu,webgpu,auto` picks the engines (all three by default);
-`--models a,b` picks fixtures.
+`--models a,b` picks fixtures; `--gguf PATH` runs any model file instead (served from where
+it lies). `--speed` also prints each page run's prompt and decode speed, and `--tokens N`
+sets the tokens generated.
 """
 
 import argparse
@@ -46,7 +48,16 @@ TIMEOUT_S = 120
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves the repository: the page under /web/dist, the models under /fixtures."""
+    """Serves the repository: the page under /web/dist, the models under /fixtures, and the
+    files of EXTRA (`--gguf`) under /extra/NAME."""
+
+    EXTRA: dict[str, Path] = {}
+
+    def translate_path(self, path):
+        name = urllib.parse.unquote(path.split("?", 1)[0]).removeprefix("/extra/")
+        if path.startswith("/extra/") and name in self.EXTRA:
+            return str(self.EXTRA[name])
+        return super().translate_path(path)
 
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".wasm": "application/wasm", ".js": "text/javascript", ".gguf": "application/octet-stream"}
@@ -55,18 +66,17 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def cli_text(model: Path) -> str:
+def cli_run(model: Path, tokens: int) -> dict:
     out = subprocess.run(
-        [str(BINARY), "run", str(model), "-p", PROMPT, "-n", str(TOKENS), "--temp", "0", "--output", "json"],
+        [str(BINARY), "run", str(model), "-p", PROMPT, "-n", str(tokens), "--temp", "0", "--output", "json"],
         check=True, capture_output=True, text=True,
     )
-    return json.loads(out.stdout)["text"]
+    return json.loads(out.stdout)
 
 
-def run_page(page, port: int, model: str, engine: str) -> tuple[str, str]:
+def run_page(page, port: int, url: str, engine: str, tokens: int) -> dict:
     query = urllib.parse.urlencode({
-        "model": f"/fixtures/bitnet-tiny/{model}.gguf", "prompt": PROMPT, "n": TOKENS,
-        "temp": 0, "engine": engine, "autorun": 1,
+        "model": url, "prompt": PROMPT, "n": tokens, "temp": 0, "engine": engine, "autorun": 1,
     })
     page.goto(f"http://127.0.0.1:{port}/web/dist/index.html?{query}")
     page.wait_for_function(
@@ -76,14 +86,19 @@ def run_page(page, port: int, model: str, engine: str) -> tuple[str, str]:
     )
     error = page.text_content("#error") or ""
     if error:
-        raise AssertionError(f"{model} on {engine}: the page reports: {error}")
-    return page.text_content("#output") or "", page.get_attribute("#output", "data-engine") or ""
+        raise AssertionError(f"{url} on {engine}: the page reports: {error}")
+    data = page.eval_on_selector("#output", "e => ({...e.dataset})")
+    data["text"] = page.text_content("#output") or ""
+    return data
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engines", default="cpu,webgpu,auto")
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--gguf", type=Path, action="append", default=[])
+    parser.add_argument("--tokens", type=int, default=TOKENS)
+    parser.add_argument("--speed", action="store_true")
     args = parser.parse_args()
     engines = args.engines.split(",")
     if not set(engines) <= {"cpu", "webgpu", "auto"}:
@@ -92,6 +107,11 @@ def main() -> int:
     if not (DIST / "index.html").exists():
         print(f"error: {DIST} is not built: run scripts/build-web.sh", file=sys.stderr)
         return 1
+    # (what to call it, its path, its URL on the file server)
+    models = [(m, FIXTURES / f"{m}.gguf", f"/fixtures/bitnet-tiny/{m}.gguf") for m in args.models.split(",")]
+    if args.gguf:
+        Handler.EXTRA = {p.name: p.resolve() for p in args.gguf}
+        models = [(p.name, p, f"/extra/{p.name}") for p in args.gguf]
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(ROOT)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
@@ -100,25 +120,33 @@ def main() -> int:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                for model in args.models.split(","):
-                    want = cli_text(FIXTURES / f"{model}.gguf")
+                for name, path, url in models:
+                    want = cli_run(path, args.tokens)["text"]
                     for engine in engines:
                         page = browser.new_page()
-                        errors = []
+                        errors, console = [], []
                         page.on("pageerror", lambda e: errors.append(str(e)))
+                        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
                         start = time.monotonic()
                         try:
-                            text, ran = run_page(page, port, model, engine)
+                            got = run_page(page, port, url, engine, args.tokens)
+                            text, ran = got["text"], got.get("engine", "")
                             if ran != engine and not (engine == "auto" and ran in ("cpu", "webgpu")):
-                                raise AssertionError(f"{model}: asked for {engine}, data-engine says {ran!r}")
+                                raise AssertionError(f"{name}: asked for {engine}, data-engine says {ran!r}")
                             if text != want:
-                                raise AssertionError(f"{model} on {engine}: the page wrote {text!r}, the CLI {want!r}")
+                                raise AssertionError(f"{name} on {engine}: the page wrote {text!r}, the CLI {want!r}")
                             if errors:
-                                raise AssertionError(f"{model} on {engine}: script errors: {errors}")
-                            print(f"ok: {model} on {engine} ({time.monotonic() - start:.1f} s): {text!r}")
+                                raise AssertionError(f"{name} on {engine}: script errors: {errors}")
+                            print(f"ok: {name} on {engine} ({time.monotonic() - start:.1f} s): {text!r}")
+                            if args.speed:
+                                print(f"  speed: {got['promptTokens']} prompt tokens, first token after "
+                                      f"{float(got['firstTokenMs']):.0f} ms; decode "
+                                      f"{float(got['decodeTokensPerSecond']):.2f} tokens/s")
                         except Exception as e:  # noqa: BLE001 - every failure is reported, then counted
                             failures.append(str(e))
                             print(f"FAIL: {e}", file=sys.stderr)
+                            for line in console[-20:]:
+                                print(f"  console {line}", file=sys.stderr)
                         finally:
                             page.close()
             finally:

@@ -17,6 +17,7 @@ use purebee_isa::Engine;
 use purebee_runtime::sampler::SamplerConfig;
 use wasm_bindgen::prelude::*;
 
+use crate::engine_check::EngineCheck;
 use crate::{GenerateRequest, WebError, WebModel};
 
 impl From<WebError> for JsValue {
@@ -76,22 +77,91 @@ fn web_gpu_options() -> GpuOptions {
 /// error, never a silent fall back to the CPU.
 #[wasm_bindgen(js_name = loadModel)]
 pub async fn load_model(name: String, bytes: ModelBytes, engine: String, n_ctx: u32) -> Result<Model, JsValue> {
-    let (engine, engine_name): (Box<dyn Engine>, &'static str) = match engine.as_str() {
+    let (engine, engine_name) = new_engine(&engine).await?;
+    let inner = WebModel::load(&name, bytes.bytes, engine, engine_name, n_ctx as usize)?;
+    Ok(Model { inner })
+}
+
+/// The engine named `engine` (`"webgpu"` or `"cpu"`) and its name; `"webgpu"` without an
+/// adapter is an error.
+async fn new_engine(engine: &str) -> Result<(Box<dyn Engine>, &'static str), WebError> {
+    match engine {
         "webgpu" => {
             let gpu =
                 GpuEngine::new_async(&web_gpu_options()).await.map_err(|e| WebError::Engine(format!("WebGPU: {e}")))?;
-            (Box::new(gpu), "webgpu")
+            Ok((Box::new(gpu), "webgpu"))
         }
         "cpu" => {
             // One thread: a tab's threads need cross-origin isolation headers.
             let cpu = CpuEngine::new(&CpuOptions { threads: Some(1), simd: None })
                 .map_err(|e| WebError::Engine(format!("cpu: {e}")))?;
-            (Box::new(cpu), "cpu")
+            Ok((Box::new(cpu), "cpu"))
         }
-        other => return Err(WebError::Engine(format!("engine '{other}': use 'webgpu' or 'cpu'")).into()),
-    };
-    let inner = WebModel::load(&name, bytes.bytes, engine, engine_name, n_ctx as usize)?;
-    Ok(Model { inner })
+        other => Err(WebError::Engine(format!("engine '{other}': use 'webgpu' or 'cpu'"))),
+    }
+}
+
+/// Starts the engine check on `engine` (`"webgpu"` or `"cpu"`): each instruction family
+/// against the reference engine, one case at a time, driven as a generation is:
+///
+/// ```js
+/// const check = await startEngineCheck("webgpu");
+/// while (!check.done()) {
+///   check.begin();
+///   while (!check.ready()) await nextTask();
+///   const failure = check.finish();  // "" when the case agrees with the reference
+/// }
+/// ```
+#[wasm_bindgen(js_name = startEngineCheck)]
+pub async fn start_engine_check(engine: String) -> Result<Check, JsValue> {
+    let (engine, _) = new_engine(&engine).await?;
+    Ok(Check { check: EngineCheck::new()?, engine, last: String::new() })
+}
+
+/// The engine check in progress (see [`start_engine_check`]).
+#[wasm_bindgen]
+pub struct Check {
+    check: EngineCheck,
+    engine: Box<dyn Engine>,
+    last: String,
+}
+
+#[wasm_bindgen]
+impl Check {
+    /// Whether every case has finished.
+    pub fn done(&self) -> bool {
+        self.check.done()
+    }
+
+    /// How many cases there are.
+    #[wasm_bindgen(getter)]
+    pub fn total(&self) -> u32 {
+        self.check.progress().1 as u32
+    }
+
+    /// Submits the next case (never waits).
+    pub fn begin(&mut self) -> Result<(), JsValue> {
+        Ok(self.check.begin(self.engine.as_mut())?)
+    }
+
+    /// Whether the case's results have arrived (never waits).
+    pub fn ready(&mut self) -> bool {
+        self.check.ready(self.engine.as_mut())
+    }
+
+    /// Compares the case with the reference: `""` when it agrees, else how it differs. Its
+    /// name is then [`Check::last`].
+    pub fn finish(&mut self) -> Result<String, JsValue> {
+        let outcome = self.check.finish(self.engine.as_mut())?;
+        self.last = outcome.name;
+        Ok(outcome.failure.unwrap_or_default())
+    }
+
+    /// The name of the case [`Check::finish`] last compared.
+    #[wasm_bindgen(getter)]
+    pub fn last(&self) -> String {
+        self.last.clone()
+    }
 }
 
 /// A loaded model and its generation (see the module's example).

@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod engine_check;
 pub mod session;
 
 #[cfg(target_arch = "wasm32")]

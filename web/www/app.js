@@ -3,6 +3,7 @@
 // and chats. `?model=URL&prompt=TEXT&n=N&temp=T&engine=cpu|webgpu&autorun=1` runs one
 // text completion instead and writes it into #output (tests use that contract).
 import init, { ModelBytes, loadModel, webgpuAvailable } from "./pkg/purebee_web.js";
+import { nextTask, waitUntil } from "./next_task.js";
 
 const $ = (id) => document.getElementById(id);
 const CACHE = "purebee-models";
@@ -20,18 +21,6 @@ function setBusy(busy) {
   $("send").disabled = busy || !model;
   $("prompt").disabled = !model;
   $("stop").disabled = !busy;
-}
-
-// The next macrotask: a WebGPU read (mapAsync) resolves only when the event loop runs.
-// A MessageChannel message is not clamped to 4 ms as nested setTimeout calls are.
-const channel = new MessageChannel();
-const waiting = [];
-channel.port1.onmessage = () => waiting.shift()?.();
-function nextTask() {
-  return new Promise((resolve) => {
-    waiting.push(resolve);
-    channel.port2.postMessage(0);
-  });
 }
 
 // Reads `response`'s body into a ModelBytes, showing progress.
@@ -130,7 +119,7 @@ async function run(onText) {
   while (!model.done()) {
     if (stopping) { model.stop(); break; }
     model.beginStep();
-    while (!model.stepReady()) await nextTask();
+    await waitUntil(() => model.stepReady());
     const piece = model.finishStep();
     if (model.generatedTokens() === 1 && !first) first = performance.now();
     if (piece) onText(piece);
@@ -191,9 +180,20 @@ async function autorun(params) {
   const url = params.get("model");
   await load(url.split("/").pop(), () => fetchModel(url), params.get("engine") || "auto");
   const temp = Number(params.get("temp") ?? 0);
+  const started = performance.now();
+  let firstToken = 0;
   model.startCompletion(params.get("prompt") ?? "", Number(params.get("n") ?? 32), ...samplerArgs(temp));
   let text = "";
-  await run((piece) => { text += piece; out.textContent = text; });
+  const speed = await run((piece) => {
+    if (!firstToken) firstToken = performance.now();
+    text += piece;
+    out.textContent = text;
+  });
+  // Speed, for tests/browser/wasm_page.py --speed: the prompt's tokens and the time to the
+  // first generated token (prefill and one step), and the decode rate after it.
+  out.dataset.promptTokens = String(model.promptTokens());
+  out.dataset.firstTokenMs = String((firstToken || performance.now()) - started);
+  out.dataset.decodeTokensPerSecond = String(speed.perSecond);
   out.dataset.engine = model.engine;
   out.dataset.done = "1";
 }
