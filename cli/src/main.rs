@@ -21,6 +21,7 @@ mod bench;
 mod bench_batched;
 mod bench_spec;
 mod chat;
+mod convert;
 mod engine_choice;
 mod generation_args;
 mod inspect;
@@ -67,6 +68,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Rewrite a GGUF file with its token embedding stored as Q8_0, every other tensor as is.
     Quantize(quantize::QuantizeArgs),
+    /// Convert a Hugging Face checkpoint folder (safetensors, config.json, tokenizer.json) of
+    /// a BitNet b1.58 or Llama model to GGUF, ternary weights as I2_S, TQ2_0 or TQ1_0.
+    Convert(convert::ConvertArgs),
     /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming),
     /// several requests at once.
     Serve(serve::ServeArgs),
@@ -100,6 +104,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Synth(args) => synth::run(&args, &mut out)?,
         Command::Bench(args) => bench::run(&args, &mut out)?,
         Command::Quantize(args) => quantize::run(&args, &mut out)?,
+        Command::Convert(args) => convert::run(&args, &mut out)?,
         Command::Serve(args) => serve::run(&args)?,
         Command::Pull(args) => pull::run(&args, &mut out)?,
         Command::List(args) => models::list(&args, &mut out)?,

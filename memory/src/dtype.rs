@@ -59,6 +59,24 @@ pub const ALL_DTYPES: [DType; 13] = [
 ];
 
 impl DType {
+    /// `general.file_type` for a model whose linear weights have this type (llama.cpp's
+    /// `llama_ftype`: 0 F32, 1 F16, 2 Q4_0, 3 Q4_1, 7 Q8_0, 32 BF16, 36 TQ1_0, 37 TQ2_0;
+    /// bitnet.cpp's 40 I2_S); `None` for a type with no such number.
+    pub fn llama_file_type(self) -> Option<u32> {
+        Some(match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q4_0 => 2,
+            DType::Q4_1 => 3,
+            DType::Q8_0 => 7,
+            DType::BF16 => 32,
+            DType::TQ1_0 => 36,
+            DType::TQ2_0 => 37,
+            DType::I2_S => 40,
+            _ => return None,
+        })
+    }
+
     /// The GGUF / ggml type id, or `None` for types GGUF does not define ([`DType::U32`]).
     pub fn gguf_type_id(self) -> Option<u32> {
         Some(match self {

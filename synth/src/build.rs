@@ -31,22 +31,10 @@ pub enum SynthError {
     Build(#[from] GgufWriteError),
 }
 
-/// `general.file_type` for linear weights of `dtype` (llama.cpp's `llama_ftype`: 0 F32,
-/// 1 F16, 2 Q4_0, 3 Q4_1, 7 Q8_0, 32 BF16, 36 TQ1_0, 37 TQ2_0; bitnet.cpp's 40 I2_S), as
-/// the fixtures have it; `None` for a type with no such number.
+/// `general.file_type` for linear weights of `dtype`, as the fixtures have it
+/// ([`DType::llama_file_type`]).
 pub fn file_type(dtype: DType) -> Option<u32> {
-    Some(match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Q4_0 => 2,
-        DType::Q4_1 => 3,
-        DType::Q8_0 => 7,
-        DType::BF16 => 32,
-        DType::TQ1_0 => 36,
-        DType::TQ2_0 => 37,
-        DType::I2_S => 40,
-        _ => return None,
-    })
+    dtype.llama_file_type()
 }
 
 /// Builds the model of `spec` with every value drawn from `seed`. Besides the architecture's

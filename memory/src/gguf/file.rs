@@ -99,6 +99,15 @@ impl fmt::Debug for GgufFile {
     }
 }
 
+/// Maps the file at `path` read-only, as a model file is mapped: guarded while the map lives
+/// (a SIGBUS from a truncation inside it exits naming the file, `map_guard.rs`). For other
+/// formats' readers (a checkpoint's safetensors), which parse the bytes themselves.
+#[cfg(not(target_family = "wasm"))]
+pub fn map_path(path: &Path) -> std::io::Result<GuardedMap> {
+    let file = File::open(path)?;
+    Ok(GuardedMap::file(map_file(&file)?, path))
+}
+
 /// Maps `file` read-only.
 #[allow(unsafe_code)] // The reader's one unsafe operation (map_guard.rs has the SIGBUS handler's).
 fn map_file(file: &File) -> std::io::Result<Mmap> {

@@ -36,6 +36,8 @@ mod watch;
 mod writer;
 
 pub use error::{GgufError, GgufWriteError, MetaArrayTypeMismatch};
+#[cfg(not(target_family = "wasm"))]
+pub use file::map_path;
 pub use file::{GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_DIMS};
 pub use map_guard::GuardedMap;
 pub use meta_array::{MetaArray, Strs};

@@ -36,6 +36,7 @@ pub mod i2_s;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q8_0;
+pub mod ternarize;
 pub mod tq1_0;
 pub mod tq2_0;
 
