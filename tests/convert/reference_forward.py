@@ -21,9 +21,10 @@ L(W, x) for a ternary projection (BitNet architectures) is BITLINEAR with per-to
 activations, exactly as ref_bitnet_numpy.py's per-token path on a TQ2_0 file:
     s = 127 / max(max_i |x_i|, 1e-5);  q = clip(round_half_even(x * s), -128, 127)
     y = (sum over 256-blocks b of (q_b @ T_b^T) * d_b) / s
-where W = T * d, T in {-1, 0, 1} and d = max |W| over each 256-element block of a row (the
-scale TQ2_0 stores; rows that are not multiples of 256 use one d per tensor). W is the
-checkpoint-dtype value of reference_quant.ternary_values: exactly what a tq2_0 GGUF decodes to.
+where T = sign(W) in {-1, 0, 1} and d = fp16(max |W|) over each 256-element block of a row (the
+scale TQ2_0 stores; rows that are not multiples of 256 use one float32 d per tensor, as I2_S).
+W is reference_quant.ternary_values, so T * d is exactly what a tq2_0 GGUF decodes to (W itself
+when W has a BF16 or F16 origin: their magnitudes are fp16 values).
 rms_norm_eps and rope_theta are used as float32 values, as a GGUF stores them.
 Every other weight (embeddings, norms, lm_head, all of llama's projections) is the checkpoint
 value widened to float64, used in a plain float matmul.
@@ -37,7 +38,8 @@ SUB_NORMS = {"attn": ("self_attn.attn_sub_norm", "self_attn.inner_attn_ln"),
 
 
 class TernaryWeight:
-    """W = T * d: trits transposed [in, out] as float64, d [out, in/block] (or a scalar)."""
+    """T * d: trits transposed [in, out] as float64, d [out, in/block] rounded to fp16 as TQ2_0
+    stores it (or one float32 scalar)."""
 
     def __init__(self, values):
         v = np.asarray(values, dtype=np.float64)
@@ -45,10 +47,11 @@ class TernaryWeight:
         self.Tt = np.sign(v).T.copy()
         if cols % 256 == 0:
             self.block = 256
-            self.d = np.abs(v).reshape(rows, cols // 256, 256).max(axis=2)
+            d = np.abs(v).reshape(rows, cols // 256, 256).max(axis=2)
+            self.d = d.astype(np.float16).astype(np.float64)
         else:
             self.block = None
-            self.d = np.abs(v).max()
+            self.d = float(np.float32(np.abs(v).max()))
 
     def matmul(self, q):
         """q [n, in] (integers as float64) -> q @ W^T, block by block."""

@@ -196,7 +196,7 @@ def test_compare(work):
 
 
 # ---------------------------------------------------------------------------------------------
-def write_bitnet_gguf(path, ckpt, arch, embed):
+def write_bitnet_gguf(path, ckpt, arch, embed, packed_values="checkpoint"):
     """A whole BitNet GGUF as tools/ref_bitnet_numpy.py reads it: TQ2_0 projections, F32 rest."""
     import gguf
     c = ckpt.config
@@ -221,7 +221,7 @@ def write_bitnet_gguf(path, ckpt, arch, embed):
             n = [x for x in names if ckpt.has(p + x + ".weight")][0]
             w.add_tensor(f"blk.{i}.{g}.weight", ckpt.f32(p + n + ".weight"))
         for proj, g in PROJ_GGUF.items():
-            v = ternary_values(ckpt, p + proj)
+            v = ternary_values(ckpt, p + proj, packed_values)
             add_raw(w, f"blk.{i}.{g}.weight", expected_bytes(v, "tq2_0"), v.shape, "tq2_0")
     finish(w)
 
@@ -261,10 +261,13 @@ def test_logits(work):
     print("logits")
     import ref_bitnet_numpy as rbn
     ids = [1, 17, 42, 99, 5, 230, 64, 3, 150, 11]
-    for kind, arch in (("bitnet-b1.58", "bitnet-b1.58"), ("bitnet-b1.58-packed", "bitnet-b1.58"), ("bitnet", "bitnet")):
+    cases = (("bitnet-b1.58", "bitnet-b1.58", "checkpoint"), ("bitnet-b1.58-packed", "bitnet-b1.58", "checkpoint"),
+             ("bitnet-b1.58-packed", "bitnet-b1.58", "f32"), ("bitnet", "bitnet", "checkpoint"))
+    for kind, arch, pv in cases:
         d = os.path.join(work, f"{kind}-a")
         out = os.path.join(work, f"{kind}.logits.npy")
-        r = run(os.path.join(HERE, "reference.py"), "logits", d, "--tokens", ",".join(map(str, ids)), "--out", out)
+        r = run(os.path.join(HERE, "reference.py"), "logits", d, "--tokens", ",".join(map(str, ids)), "--out", out,
+                "--packed-values", pv)
         ours = np.load(out) if r.returncode == 0 else None
         ck = Checkpoint(d)
         if kind == "bitnet":
@@ -274,12 +277,13 @@ def test_logits(work):
             fw.embed = fw.head
             ours = fw(ids)
         p = os.path.join(work, f"{kind}.full.gguf")
-        write_bitnet_gguf(p, ck, arch, "lm_head.weight" if kind == "bitnet" else "model.embed_tokens.weight")
+        write_bitnet_gguf(p, ck, arch, "lm_head.weight" if kind == "bitnet" else "model.embed_tokens.weight", pv)
         theirs = rbn.Forward(rbn.Model(p), "per-token")(ids)
         ok = ours is not None and ours.dtype == np.float64 and ours.shape == (len(ids), ck.config["vocab_size"])
         diff = float(np.abs(ours - theirs).max()) if ok else float("nan")
         check(ok and diff == 0.0,
-              f"{kind}: logits equal tools/ref_bitnet_numpy.py on a TQ2_0 GGUF exactly (max |diff| {diff:.3g})")
+              f"{kind} ({pv} values): logits equal tools/ref_bitnet_numpy.py on a TQ2_0 GGUF exactly "
+              f"(max |diff| {diff:.3g})")
     d = os.path.join(work, "llama-a")
     out = os.path.join(work, "llama.logits.npy")
     run(os.path.join(HERE, "reference.py"), "logits", d, "--tokens", ",".join(map(str, ids)), "--out", out)
