@@ -46,7 +46,7 @@ fn safetensors(tensors: &[(String, Vec<usize>)]) -> Vec<u8> {
         header.insert(name.clone(), json!({"dtype": "BF16", "shape": shape, "data_offsets": [start, data.len()]}));
     }
     let mut head = serde_json::to_vec(&serde_json::Value::Object(header)).expect("json");
-    while head.len() % 8 != 0 {
+    while !head.len().is_multiple_of(8) {
         head.push(b' ');
     }
     let mut file = (head.len() as u64).to_le_bytes().to_vec();
