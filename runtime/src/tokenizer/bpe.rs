@@ -1,4 +1,5 @@
-//! The merge table and the merge loop of byte-level BPE.
+//! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): the merge table, the merge loop, and
+//! [`BpeModel`], which splits text into words and merges each.
 //!
 //! The loop is llama.cpp's `llm_tokenizer_bpe_session::tokenize`: a word starts as one
 //! symbol per byte; every adjacent pair that has a merge goes into a priority queue ordered
@@ -10,8 +11,69 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use super::bytes;
 use super::error::TokenizerError;
+use super::pretokenize::PreTokenizer;
 use super::vocab::Vocab;
+
+/// The parts of a byte-level BPE tokenizer that SentencePiece does not have.
+#[derive(Debug, Clone)]
+pub(crate) struct BpeModel {
+    /// The token of each single byte, in the byte-level alphabet.
+    byte_ids: [Option<u32>; 256],
+    merges: MergeTable,
+    pre: PreTokenizer,
+}
+
+impl BpeModel {
+    /// The model of `vocab` with `merges` ("left right", rank = index) and the
+    /// pre-tokenizer `pre`.
+    pub(crate) fn new<'a>(
+        vocab: &Vocab,
+        merges: impl Iterator<Item = &'a str>,
+        pre: PreTokenizer,
+    ) -> Result<BpeModel, TokenizerError> {
+        let mut byte_ids = [None; 256];
+        let mut spelled = String::new();
+        for (b, slot) in (0..=255u8).zip(byte_ids.iter_mut()) {
+            spelled.clear();
+            spelled.push(bytes::byte_to_char(b));
+            *slot = vocab.id(&spelled);
+        }
+        Ok(BpeModel { byte_ids, merges: MergeTable::new(merges, vocab)?, pre })
+    }
+
+    /// The pre-tokenizer.
+    pub(crate) fn pre(&self) -> &PreTokenizer {
+        &self.pre
+    }
+
+    /// How many distinct pairs can merge.
+    pub(crate) fn merge_count(&self) -> usize {
+        self.merges.len()
+    }
+
+    /// Encodes a fragment of text (no special tokens in it), appending ids to `out`: split
+    /// into words by the pre-tokenizer, each word merged on its own. With `ignore_merges`
+    /// (`llama-bpe`) a word that is itself a token maps to it directly.
+    pub(crate) fn encode_text(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
+        let mut initial = Vec::new();
+        let mut spelled = String::new();
+        for word in self.pre.split(text) {
+            if self.pre.kind().ignores_merges() {
+                spelled.clear();
+                bytes::encode_into(word.as_bytes(), &mut spelled);
+                if let Some(id) = vocab.id(&spelled) {
+                    out.push(id);
+                    continue;
+                }
+            }
+            initial.clear();
+            initial.extend(word.bytes().map(|b| self.byte_ids[usize::from(b)]));
+            self.merges.encode_word(&initial, out);
+        }
+    }
+}
 
 /// What merging a pair of tokens gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,12 +206,13 @@ struct Candidate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenizer::vocab::Spelling;
     use crate::tokenizer::TokenType;
 
     /// A vocabulary of single letters `a`..=`e` (ids 0..=4) plus the given merged tokens.
     fn table(merges: &[&str], extra: &[&str]) -> (MergeTable, Vocab) {
         let texts: Vec<&str> = ["a", "b", "c", "d", "e"].iter().chain(extra).copied().collect();
-        let vocab = Vocab::new(texts.iter().copied(), &vec![TokenType::Normal; texts.len()]);
+        let vocab = Vocab::new(texts.iter().copied(), &vec![TokenType::Normal; texts.len()], Spelling::ByteLevel);
         match MergeTable::new(merges.iter().copied(), &vocab) {
             Ok(t) => (t, vocab),
             Err(e) => panic!("{e}"),
@@ -213,7 +276,9 @@ mod tests {
 
     #[test]
     fn malformed_and_unknown_merges_are_named() {
-        let vocab = |texts: &[&str]| Vocab::new(texts.iter().copied(), &vec![TokenType::Normal; texts.len()]);
+        let vocab = |texts: &[&str]| {
+            Vocab::new(texts.iter().copied(), &vec![TokenType::Normal; texts.len()], Spelling::ByteLevel)
+        };
         let ids = vocab(&["a", "b"]);
         let err = MergeTable::new(["ab"].into_iter(), &ids).err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("tokenizer.ggml.merges[0] = 'ab' is not of the form 'left right'"));

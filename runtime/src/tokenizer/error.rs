@@ -85,6 +85,42 @@ pub enum TokenizerError {
     /// BOS must be added but no BOS id is set.
     #[error("tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is not set")]
     AddBosWithoutBos,
+    /// EOS must be added but no EOS id is set.
+    #[error("tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is not set")]
+    AddEosWithoutEos,
+    /// `tokenizer.ggml.scores` has another length than `tokenizer.ggml.tokens`.
+    #[error("tokenizer.ggml.scores has {scores} entries but tokenizer.ggml.tokens has {tokens}")]
+    ScoreCount {
+        /// Entries in the score array.
+        scores: usize,
+        /// Entries in the token array.
+        tokens: usize,
+    },
+    /// A SentencePiece score that is NaN, which cannot be ranked against the others.
+    #[error("tokenizer.ggml.scores: token {id} ('{token}') has a score that is not a number")]
+    ScoreNotANumber {
+        /// The token id.
+        id: u32,
+        /// The token's text.
+        token: String,
+    },
+    /// A SentencePiece token of type 6 (byte) whose text is not `<0xHH>`.
+    #[error("tokenizer.ggml.token_type: token {id} ('{token}') has type 6 (byte) but is not spelled '<0xHH>'")]
+    MalformedByteToken {
+        /// The token id.
+        id: u32,
+        /// The token's text.
+        token: String,
+    },
+    /// A SentencePiece vocabulary without a token for one of the 256 bytes, which byte
+    /// fallback needs for characters the vocabulary lacks.
+    #[error("tokenizer.ggml.tokens has no token '{token}' for byte fallback of byte {byte:#04x}")]
+    MissingByteToken {
+        /// The byte.
+        byte: u8,
+        /// The token text looked for (`<0xHH>`).
+        token: String,
+    },
     /// The tokenizer of a GGUF file could not be built: the file, and what is wrong with its
     /// `tokenizer.ggml.*` keys ([`super::Tokenizer::from_gguf`] wraps every error but
     /// [`TokenizerError::Gguf`], which names the file already). [`TokenizerError::cause`]

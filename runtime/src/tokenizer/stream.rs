@@ -5,10 +5,15 @@ use super::Tokenizer;
 
 /// Turns a stream of token ids into text, one piece per [`StreamDecoder::push`].
 ///
-/// Byte-level tokens need not end on a character boundary (an emoji is often four byte
-/// tokens). The decoder keeps the bytes of an unfinished character and emits the character
-/// once its last byte arrives, so every character is emitted exactly once and a split
-/// character never shows up as U+FFFD on the way ([`Utf8Stream`]).
+/// Tokens need not end on a character boundary (an emoji is often four byte-level tokens,
+/// or four `<0xHH>` byte tokens in SentencePiece). The decoder keeps the bytes of an
+/// unfinished character and emits the character once its last byte arrives, so every
+/// character is emitted exactly once and a split character never shows up as U+FFFD on the
+/// way ([`Utf8Stream`]).
+///
+/// Each token gives what [`Tokenizer::decode_token`] gives: the stream continues a text, so
+/// a SentencePiece piece keeps its leading space, as in llama.cpp's generation output
+/// (where [`Tokenizer::decode`] of a whole sequence drops the prefix space of the first).
 ///
 /// Control tokens render as their text (as [`Tokenizer::decode_token`] gives them) unless
 /// [`StreamDecoder::skip_control`] is set.

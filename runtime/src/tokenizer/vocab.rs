@@ -12,6 +12,15 @@ use hashbrown::HashTable;
 
 use super::{bytes, TokenType};
 
+/// How the texts of normal tokens spell their bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    /// GPT-2's byte-level alphabet ([`bytes`]): `Ġ` is a space.
+    ByteLevel,
+    /// SentencePiece: the text itself, with U+2581 (`▁`) for a space.
+    SentencePiece,
+}
+
 #[derive(Clone)]
 pub(crate) struct Vocab {
     /// The token texts end to end; token `i`'s ends at `text_ends[i]`.
@@ -28,8 +37,8 @@ pub(crate) struct Vocab {
 
 impl Vocab {
     /// The vocabulary of `texts`, whose token `i` has type `types[i]` (the caller checked
-    /// that the counts agree and fit u32).
-    pub(crate) fn new<'a>(texts: impl Iterator<Item = &'a str>, types: &[TokenType]) -> Vocab {
+    /// that the counts agree and fit u32), normal tokens spelled as `spelling` says.
+    pub(crate) fn new<'a>(texts: impl Iterator<Item = &'a str>, types: &[TokenType], spelling: Spelling) -> Vocab {
         let n = types.len();
         let mut v = Vocab {
             text: String::new(),
@@ -42,7 +51,7 @@ impl Vocab {
         for (t, &ty) in texts.zip(types) {
             v.text.push_str(t);
             v.text_ends.push(v.text.len());
-            piece_of(t, ty, &mut v.pieces);
+            piece_of(t, ty, spelling, &mut v.pieces);
             v.piece_ends.push(v.pieces.len());
         }
         v.text.shrink_to_fit();
@@ -109,19 +118,34 @@ fn text_at<'a>(text: &'a str, ends: &[usize], id: u32) -> &'a str {
 }
 
 /// Appends the bytes a token decodes to (see [`super::Tokenizer::decode_token`]).
-fn piece_of(text: &str, ty: TokenType, out: &mut Vec<u8>) {
-    match ty {
-        TokenType::Control | TokenType::Unknown | TokenType::UserDefined => out.extend_from_slice(text.as_bytes()),
-        TokenType::Byte => match parse_byte_token(text) {
+fn piece_of(text: &str, ty: TokenType, spelling: Spelling, out: &mut Vec<u8>) {
+    match (ty, spelling) {
+        (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => out.extend_from_slice(text.as_bytes()),
+        (TokenType::Byte, _) => match parse_byte_token(text) {
             Some(b) => out.push(b),
             None => out.extend(bytes::decode_text(text)),
         },
-        TokenType::Normal | TokenType::Undefined | TokenType::Unused => out.extend(bytes::decode_text(text)),
+        (TokenType::Normal | TokenType::Undefined | TokenType::Unused, Spelling::ByteLevel) => {
+            out.extend(bytes::decode_text(text))
+        }
+        (TokenType::Normal, Spelling::SentencePiece) => {
+            let mut buf = [0u8; 4];
+            for c in text.chars() {
+                let c = if c == SPACE_MARK { ' ' } else { c };
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            }
+        }
+        // llama.cpp's `token_to_piece` gives nothing for a SentencePiece token that is
+        // neither normal, byte nor special.
+        (TokenType::Undefined | TokenType::Unused, Spelling::SentencePiece) => {}
     }
 }
 
+/// SentencePiece's stand-in for a space in token texts (U+2581, LOWER ONE EIGHTH BLOCK).
+pub(crate) const SPACE_MARK: char = '\u{2581}';
+
 /// The byte of a `<0xHH>` token text.
-fn parse_byte_token(text: &str) -> Option<u8> {
+pub(crate) fn parse_byte_token(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
     if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
@@ -146,7 +170,7 @@ mod tests {
     fn pieces_follow_the_token_type() {
         let piece = |text: &str, ty| {
             let mut out = Vec::new();
-            piece_of(text, ty, &mut out);
+            piece_of(text, ty, Spelling::ByteLevel, &mut out);
             out
         };
         assert_eq!(piece("Ġhi", TokenType::Normal), b" hi");
@@ -154,6 +178,24 @@ mod tests {
         assert_eq!(piece("ĠĠ", TokenType::UserDefined), "ĠĠ".as_bytes());
         assert_eq!(piece("<0x0A>", TokenType::Byte), b"\n");
         assert_eq!(piece("Ċ", TokenType::Byte), b"\n");
+    }
+
+    #[test]
+    fn sentencepiece_pieces_follow_llama_cpp() {
+        let piece = |text: &str, ty| {
+            let mut out = Vec::new();
+            piece_of(text, ty, Spelling::SentencePiece, &mut out);
+            out
+        };
+        // Only U+2581 becomes a space; `Ġ` is an ordinary letter here.
+        assert_eq!(piece("▁hi▁▁x", TokenType::Normal), b" hi  x");
+        assert_eq!(piece("Ġé", TokenType::Normal), "Ġé".as_bytes());
+        assert_eq!(piece("▁<s>", TokenType::Control), "▁<s>".as_bytes());
+        assert_eq!(piece("▁x", TokenType::UserDefined), "▁x".as_bytes());
+        assert_eq!(piece("<0xE2>", TokenType::Byte), [0xE2]);
+        // llama.cpp's token_to_piece renders nothing for these in a SentencePiece vocabulary.
+        assert_eq!(piece("▁x", TokenType::Unused), b"");
+        assert_eq!(piece("▁x", TokenType::Undefined), b"");
     }
 
     #[test]
@@ -167,7 +209,7 @@ mod tests {
             TokenType::Control,
             TokenType::Normal,
         ];
-        let v = Vocab::new(texts.into_iter(), &types);
+        let v = Vocab::new(texts.into_iter(), &types, Spelling::ByteLevel);
         assert_eq!(v.len(), 6);
         assert_eq!(v.texts().collect::<Vec<_>>(), texts);
         assert_eq!((v.text(5), v.text(6)), (Some("ü"), None));
