@@ -15,6 +15,13 @@ if [ -z "${PUREBEE_TEST_PYTHON:-}" ] && [ "${PUREBEE_SKIP_OPENAI:-}" != 1 ]; the
   PUREBEE_TEST_PYTHON=$(./scripts/python-env.sh)
   export PUREBEE_TEST_PYTHON
 fi
+# The converter's tests make synthetic checkpoints and check the output against gguf-py's
+# quantizer and a float64 reference with numpy, safetensors, tokenizers and gguf, pinned and
+# installed once into target/python-convert; PUREBEE_SKIP_CONVERT=1 skips them.
+if [ -z "${PUREBEE_CONVERT_PYTHON:-}" ] && [ "${PUREBEE_SKIP_CONVERT:-}" != 1 ]; then
+  PUREBEE_CONVERT_PYTHON=$(./scripts/python-env.sh convert)
+  export PUREBEE_CONVERT_PYTHON
+fi
 # Test binaries create GPU engines directly, without the CLI's `quiet_display_probing`: the
 # same switch here keeps Mesa's device selection from printing `XDG_RUNTIME_DIR is invalid`
 # on every probe (unless one of its variables is already set).

@@ -17,8 +17,8 @@ should hold, and the logits the checkpoint should produce.
       .npy float64 [n_tokens, vocab] and prints the argmax of each position.
 
   --packed-values checkpoint|f32 (both commands; packed checkpoints only): the value of a
-      packed projection is t / weight_scale in float32, rounded to the checkpoint dtype
-      (checkpoint, the default) or not (f32). See reference_quant.py.
+      packed projection is t / weight_scale in float32 (f32, the default: what the converter
+      stores) or that rounded to the checkpoint dtype (checkpoint). See reference_quant.py.
 """
 import argparse
 import os
@@ -111,7 +111,7 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="output .npy")
     p.set_defaults(fn=cmd_logits)
     for p in sub.choices.values():
-        p.add_argument("--packed-values", default="checkpoint", choices=["checkpoint", "f32"],
+        p.add_argument("--packed-values", default="f32", choices=["checkpoint", "f32"],
                        help="packed checkpoints: round t / weight_scale to the checkpoint dtype (default) or not")
     a = ap.parse_args(argv)
     return a.fn(a)
