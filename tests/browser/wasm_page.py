@@ -12,8 +12,9 @@ the same text on whichever engine it ran (WebGPU when it runs the model, else th
 Exits non-zero on any failure, saying which check failed; the file server and the browser
 are always stopped. `--engines cpu,webgpu,auto` picks the engines (all three by default);
 `--models a,b` picks fixtures; `--gguf PATH` runs any model file instead (served from where
-it lies). `--speed` also prints each page run's prompt and decode speed, and `--tokens N`
-sets the tokens generated.
+it lies). `--speed` also prints each page run's prompt and decode speed, `--tokens N` sets
+the tokens generated, `--limits default` asks WebGPU for its default limits, and
+`--timeout S` bounds each page run.
 """
 
 import argparse
@@ -74,9 +75,9 @@ def cli_run(model: Path, tokens: int) -> dict:
     return json.loads(out.stdout)
 
 
-def run_page(page, port: int, url: str, engine: str, tokens: int) -> dict:
+def run_page(page, port: int, url: str, engine: str, tokens: int, limits: str) -> dict:
     query = urllib.parse.urlencode({
-        "model": url, "prompt": PROMPT, "n": tokens, "temp": 0, "engine": engine, "autorun": 1,
+        "model": url, "prompt": PROMPT, "n": tokens, "temp": 0, "engine": engine, "autorun": 1, "limits": limits,
     })
     page.goto(f"http://127.0.0.1:{port}/web/dist/index.html?{query}")
     page.wait_for_function(
@@ -99,6 +100,8 @@ def main() -> int:
     parser.add_argument("--gguf", type=Path, action="append", default=[])
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--speed", action="store_true")
+    parser.add_argument("--limits", choices=["adapter", "default"], default="adapter")
+    parser.add_argument("--timeout", type=int, default=TIMEOUT_S)
     args = parser.parse_args()
     engines = args.engines.split(",")
     if not set(engines) <= {"cpu", "webgpu", "auto"}:
@@ -129,7 +132,7 @@ def main() -> int:
                         page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
                         start = time.monotonic()
                         try:
-                            got = run_page(page, port, url, engine, args.tokens)
+                            got = run_page(page, port, url, engine, args.tokens, args.limits)
                             text, ran = got["text"], got.get("engine", "")
                             if ran != engine and not (engine == "auto" and ran in ("cpu", "webgpu")):
                                 raise AssertionError(f"{name}: asked for {engine}, data-engine says {ran!r}")

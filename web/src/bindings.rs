@@ -74,21 +74,29 @@ fn web_gpu_options() -> GpuOptions {
 
 /// Loads the model in `bytes` (named `name` in errors) on `engine` (`"webgpu"` or `"cpu"`)
 /// with a context of at most `n_ctx` positions. `"webgpu"` where no adapter exists is an
-/// error, never a silent fall back to the CPU.
+/// error, never a silent fall back to the CPU. `default_limits` asks WebGPU for its default
+/// limits (128 MiB per binding, 256 MiB per buffer) instead of the adapter's own, as a
+/// check that a model runs within them (tensors larger than a buffer are sharded).
 #[wasm_bindgen(js_name = loadModel)]
-pub async fn load_model(name: String, bytes: ModelBytes, engine: String, n_ctx: u32) -> Result<Model, JsValue> {
-    let (engine, engine_name) = new_engine(&engine).await?;
+pub async fn load_model(
+    name: String,
+    bytes: ModelBytes,
+    engine: String,
+    n_ctx: u32,
+    default_limits: bool,
+) -> Result<Model, JsValue> {
+    let (engine, engine_name) = new_engine(&engine, default_limits).await?;
     let inner = WebModel::load(&name, bytes.bytes, engine, engine_name, n_ctx as usize)?;
     Ok(Model { inner })
 }
 
 /// The engine named `engine` (`"webgpu"` or `"cpu"`) and its name; `"webgpu"` without an
-/// adapter is an error.
-async fn new_engine(engine: &str) -> Result<(Box<dyn Engine>, &'static str), WebError> {
+/// adapter is an error. `default_limits`: see [`load_model`].
+async fn new_engine(engine: &str, default_limits: bool) -> Result<(Box<dyn Engine>, &'static str), WebError> {
     match engine {
         "webgpu" => {
-            let gpu =
-                GpuEngine::new_async(&web_gpu_options()).await.map_err(|e| WebError::Engine(format!("WebGPU: {e}")))?;
+            let options = GpuOptions { default_limits, ..web_gpu_options() };
+            let gpu = GpuEngine::new_async(&options).await.map_err(|e| WebError::Engine(format!("WebGPU: {e}")))?;
             Ok((Box::new(gpu), "webgpu"))
         }
         "cpu" => {
@@ -114,7 +122,7 @@ async fn new_engine(engine: &str) -> Result<(Box<dyn Engine>, &'static str), Web
 /// ```
 #[wasm_bindgen(js_name = startEngineCheck)]
 pub async fn start_engine_check(engine: String) -> Result<Check, JsValue> {
-    let (engine, _) = new_engine(&engine).await?;
+    let (engine, _) = new_engine(&engine, false).await?;
     Ok(Check { check: EngineCheck::new()?, engine, last: String::new() })
 }
 

@@ -104,7 +104,8 @@ async function load(name, bytes, askedEngine) {
 
 async function loadOn(name, bytes, engine) {
   $("status").textContent = `starting the ${engine} engine…`;
-  const loaded = await loadModel(name, bytes, engine, Number($("ctx").value) || 2048);
+  const defaultLimits = new URLSearchParams(location.search).get("limits") === "default";
+  const loaded = await loadModel(name, bytes, engine, Number($("ctx").value) || 2048, defaultLimits);
   $("engine-badge").textContent = loaded.engine;
   $("engine-badge").hidden = false;
   $("model-info").textContent = `${name} · ${loaded.describe()}`;
