@@ -75,7 +75,7 @@ def cli_run(model: Path, tokens: int) -> dict:
     return json.loads(out.stdout)
 
 
-def run_page(page, port: int, url: str, engine: str, tokens: int, limits: str) -> dict:
+def run_page(page, port: int, url: str, engine: str, tokens: int, limits: str, timeout_s: int) -> dict:
     query = urllib.parse.urlencode({
         "model": url, "prompt": PROMPT, "n": tokens, "temp": 0, "engine": engine, "autorun": 1, "limits": limits,
     })
@@ -83,7 +83,7 @@ def run_page(page, port: int, url: str, engine: str, tokens: int, limits: str) -
     page.wait_for_function(
         "document.querySelector('#output')?.dataset.done === '1'"
         " || document.querySelector('#error')?.textContent.length > 0",
-        timeout=TIMEOUT_S * 1000,
+        timeout=timeout_s * 1000,
     )
     error = page.text_content("#error") or ""
     if error:
@@ -132,7 +132,7 @@ def main() -> int:
                         page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
                         start = time.monotonic()
                         try:
-                            got = run_page(page, port, url, engine, args.tokens, args.limits)
+                            got = run_page(page, port, url, engine, args.tokens, args.limits, args.timeout)
                             text, ran = got["text"], got.get("engine", "")
                             if ran != engine and not (engine == "auto" and ran in ("cpu", "webgpu")):
                                 raise AssertionError(f"{name}: asked for {engine}, data-engine says {ran!r}")
