@@ -122,43 +122,101 @@ fn bitnet_master_weights_convert_byte_for_byte_and_give_the_reference_logits() {
         }
     }
 
-    // Logits of the ternary models on the CPU engine (F32 KV caches, as the references
-    // have) against the float64 reference from the checkpoint, by fixtures/README.md's rules:
-    // within 1e-3 up to the first int8 activation that rounds differently in f32 than in f64
-    // (the first row where tools/ref_bitnet_numpy.py's float32 run of the file leaves the
-    // float64 reference by more than 1e-3), and within 1e-5 of that float32 run everywhere.
-    let tokens = "430,17,42,99,5,300,7";
-    let reference = dir.path().join("reference.npy");
-    py(&python, &[s(&script("reference.py")), "logits", s(&ckpt), "--tokens", tokens, "--out", s(&reference)]);
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/ref_bitnet_numpy.py");
     for (outtype, gguf) in files.iter().filter(|(t, _)| matches!(*t, "tq1_0" | "tq2_0" | "i2_s")) {
-        let ours = dir.path().join(format!("{outtype}.npy"));
-        let args = ["logits", s(gguf), "--tokens", tokens, "--engine", "cpu", "--cache-type-k", "f32"];
-        let o = Command::new(BIN).args(args).args(["--cache-type-v", "f32", "--out", s(&ours)]).output();
-        ok(o.expect("the binary runs"), &format!("logits of {outtype}"));
-        let f32_run = dir.path().join(format!("{outtype}.f32"));
-        let ids = tokens;
-        py(&python, &[s(&tools), "run", s(gguf), "--prompt-ids", ids, "--precision", "f32", "--out", s(&f32_run)]);
-        let verdict = py(
-            &python,
-            &[
-                "-c",
-                "import numpy as n, sys\n\
-                 ours, f64, f32 = (n.load(p) for p in sys.argv[1:4])\n\
-                 flips = [r for r in range(len(f64)) if abs(f32[r] - f64[r]).max() > 1e-3]\n\
-                 first = flips[0] if flips else len(f64)\n\
-                 print(first, abs(ours[:first] - f64[:first]).max() if first else 0.0, abs(ours - f32).max())",
-                s(&ours),
-                s(&reference),
-                &format!("{}.prompt_logits.npy", s(&f32_run)),
-            ],
-        );
-        let v: Vec<f64> = verdict.split_whitespace().map(|x| x.parse().expect("a number")).collect();
-        let (first_flip, before, vs_f32) = (v[0], v[1], v[2]);
-        assert!(first_flip >= 1.0, "{outtype}: an int8 rounding flip at row 0 ({verdict})");
-        assert!(before <= 1e-3, "{outtype}: rows before the first flip ({first_flip}) differ by {before} > 1e-3");
-        assert!(vs_f32 <= 1e-5, "{outtype}: max |logit - float32 reference| = {vs_f32} > 1e-5");
+        ternary_logits_match(&python, dir.path(), &ckpt, gguf, outtype);
     }
+}
+
+/// The token sequence the logits are compared on (ids every synthetic vocabulary has).
+const TOKENS: &str = "1,17,42,99,5,300,7";
+
+/// Our logits of `gguf` on the CPU engine with F32 KV caches (as the references have them).
+fn our_logits(dir: &Path, gguf: &Path, tag: &str) -> PathBuf {
+    let ours = dir.join(format!("{tag}.npy"));
+    let args = ["logits", s(gguf), "--tokens", TOKENS, "--engine", "cpu", "--cache-type-k", "f32"];
+    let o = Command::new(BIN).args(args).args(["--cache-type-v", "f32", "--out", s(&ours)]).output();
+    ok(o.expect("the binary runs"), &format!("logits of {}", gguf.display()));
+    ours
+}
+
+/// The float64 reference's logits from the checkpoint.
+fn reference_logits(python: &Path, dir: &Path, ckpt: &Path, tag: &str) -> PathBuf {
+    let reference = dir.join(format!("{tag}.reference.npy"));
+    py(python, &[s(&script("reference.py")), "logits", s(ckpt), "--tokens", TOKENS, "--out", s(&reference)]);
+    reference
+}
+
+/// A ternary model's logits (CPU engine) against the float64 reference from the checkpoint,
+/// by fixtures/README.md's rules: within 1e-3 up to the first int8 activation that rounds
+/// differently in f32 than in f64 (the first row where tools/ref_bitnet_numpy.py's float32
+/// run of the file leaves the float64 reference by more than 1e-3), and within 1e-5 of that
+/// float32 run everywhere.
+fn ternary_logits_match(python: &Path, dir: &Path, ckpt: &Path, gguf: &Path, tag: &str) {
+    let ours = our_logits(dir, gguf, tag);
+    let reference = reference_logits(python, dir, ckpt, tag);
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/ref_bitnet_numpy.py");
+    let f32_run = dir.join(format!("{tag}.f32"));
+    py(python, &[s(&tools), "run", s(gguf), "--prompt-ids", TOKENS, "--precision", "f32", "--out", s(&f32_run)]);
+    let verdict = py(
+        python,
+        &[
+            "-c",
+            "import numpy as n, sys\n\
+             ours, f64, f32 = (n.load(p) for p in sys.argv[1:4])\n\
+             flips = [r for r in range(len(f64)) if abs(f32[r] - f64[r]).max() > 1e-3]\n\
+             first = flips[0] if flips else len(f64)\n\
+             print(first, abs(ours[:first] - f64[:first]).max() if first else 0.0, abs(ours - f32).max())",
+            s(&ours),
+            s(&reference),
+            &format!("{}.prompt_logits.npy", s(&f32_run)),
+        ],
+    );
+    let v: Vec<f64> = verdict.split_whitespace().map(|x| x.parse().expect("a number")).collect();
+    let (first_flip, before, vs_f32) = (v[0], v[1], v[2]);
+    assert!(first_flip >= 1.0, "{tag}: an int8 rounding flip at row 0 ({verdict})");
+    assert!(before <= 1e-3, "{tag}: rows before the first flip ({first_flip}) differ by {before} > 1e-3");
+    assert!(vs_f32 <= 1e-5, "{tag}: max |logit - float32 reference| = {vs_f32} > 1e-5");
+}
+
+/// Max |a - b| of two .npy files.
+fn max_diff(python: &Path, a: &Path, b: &Path) -> f64 {
+    let d = py(
+        python,
+        &["-c", "import numpy as n,sys; print(abs(n.load(sys.argv[1]) - n.load(sys.argv[2])).max())", s(a), s(b)],
+    );
+    d.trim().parse().expect("a number")
+}
+
+#[test]
+fn a_1bitllm_model_converts_and_gives_the_reference_logits() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ckpt = make(&python, dir.path(), "bitnet", "bitnet", &[]);
+    for outtype in ["tq2_0", "i2_s"] {
+        let gguf = convert(&ckpt, outtype);
+        compare(&python, &ckpt, &gguf, outtype);
+        let g = GgufFile::open(&gguf).expect("reads");
+        assert_eq!(g.get_str("general.architecture").expect("arch"), "bitnet");
+        assert_eq!(g.get_str("tokenizer.ggml.model").expect("model"), "llama");
+        ternary_logits_match(&python, dir.path(), &ckpt, &gguf, outtype);
+    }
+}
+
+#[test]
+fn a_llama_model_converts_with_q_and_k_permuted_for_adjacent_pairs() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ckpt = make(&python, dir.path(), "llama", "llama", &[]);
+    // Its weights are not ternary: a ternary outtype leaves them F16 (BF16 values exactly).
+    let gguf = convert(&ckpt, "tq2_0");
+    let g = GgufFile::open(&gguf).expect("reads");
+    assert_eq!(g.tensor_info("blk.0.attn_q.weight").expect("q").dtype, DType::F16);
+    // Float weights, f32 activations: the fixture rule for float models, 1e-4. Unpermuted
+    // Q/K under adjacent-pair RoPE would be off from row 1 on.
+    let ours = our_logits(dir.path(), &gguf, "llama");
+    let reference = reference_logits(&python, dir.path(), &ckpt, "llama");
+    let d = max_diff(&python, &ours, &reference);
+    assert!(d <= 1e-4, "llama: max |logit - reference| = {d} > 1e-4");
 }
 
 #[test]
@@ -182,17 +240,25 @@ fn packed_and_sharded_checkpoints_convert_exactly() {
 fn the_carried_tokenizer_gives_the_tokenizers_library_ids() {
     let Some(python) = python() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let ckpt = make(&python, dir.path(), "tok", "bitnet-b1.58", &[]);
-    let gguf = convert(&ckpt, "tq2_0");
+    // Byte-level BPE (Llama 3's split), and SentencePiece-style BPE with byte fallback.
+    for kind in ["bitnet-b1.58", "bitnet", "llama"] {
+        let ckpt = make(&python, dir.path(), kind, kind, &[]);
+        tokenizer_agrees(&python, &ckpt, &convert(&ckpt, "tq2_0"));
+    }
+}
+
+/// `purebee-rs tokenize` on `gguf` gives `tokenizers`' ids for the checkpoint's tokenizer.json.
+fn tokenizer_agrees(python: &Path, ckpt: &Path, gguf: &Path) {
     let texts = [
         "Once upon a time, there was a tiny model.",
         "  two  spaces\nand 12345 digits!?",
         "héllo wörld — ünïcode 🙂",
+        "\ttabs\tand a trailing space ",
         "",
     ];
     for text in texts {
         let want = py(
-            &python,
+            python,
             &[
                 "-c",
                 "import sys, json; from tokenizers import Tokenizer; \
@@ -202,7 +268,7 @@ fn the_carried_tokenizer_gives_the_tokenizers_library_ids() {
             ],
         );
         let o = Command::new(BIN)
-            .args(["tokenize", s(&gguf), "--no-bos", "--no-parse-special", "-p", text])
+            .args(["tokenize", s(gguf), "--no-bos", "--no-parse-special", "-p", text])
             .output()
             .expect("runs");
         let got = ok(o, "tokenize");
@@ -212,6 +278,6 @@ fn the_carried_tokenizer_gives_the_tokenizers_library_ids() {
             .filter(|t| !t.is_empty())
             .map(|t| t.parse().expect("id"))
             .collect();
-        assert_eq!(got, want, "{text:?}");
+        assert_eq!(got, want, "{}: {text:?}", ckpt.display());
     }
 }

@@ -7,7 +7,16 @@
 //! pre-tokenizer by hashing how the tokenizer splits a test text, which needs the
 //! `tokenizers` library; this one reads the pre-tokenizer's own description in
 //! tokenizer.json instead and recognizes the splits the runtime implements (`llama-bpe`,
-//! `smollm`, `gpt-2`). Any other tokenizer is refused by name rather than carried wrongly.
+//! `smollm`, `gpt-2`).
+//!
+//! SentencePiece-style BPE (`tokenizer.ggml.model = llama`: Llama 2, 1bitLLM's models): a
+//! tokenizer.json BPE with `byte_fallback`, whose normalizer or pre-tokenizer writes spaces
+//! as `▁`. GGUF's `llama` tokenizer merges the pair whose joined piece scores highest, where
+//! tokenizer.json merges by the merge list's rank; so each piece a merge makes scores minus
+//! that merge's rank, and the two choose alike. `<0xXX>` pieces are byte tokens, the unknown
+//! token is typed so, and special added tokens are control tokens.
+//!
+//! Any other tokenizer is refused by name rather than carried wrongly.
 
 use std::path::Path;
 
@@ -22,14 +31,35 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
 const NORMAL: i32 = 1;
+const UNKNOWN: i32 = 2;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
+const BYTE: i32 = 6;
+
+/// The two tokenizers GGUF's runtime implements.
+#[derive(Clone, Debug)]
+pub enum Kind {
+    /// `gpt2`: byte-level BPE with this pre-tokenizer (`tokenizer.ggml.pre`).
+    ByteLevel {
+        /// `tokenizer.ggml.pre`.
+        pre: &'static str,
+    },
+    /// `llama`: SentencePiece-style.
+    SentencePiece {
+        /// Each token's score (minus the rank of the merge that makes it).
+        scores: Vec<f32>,
+        /// Whether a `▁` goes before the text.
+        add_space_prefix: bool,
+        /// The unknown token's id.
+        unknown: Option<u32>,
+    },
+}
 
 /// The tokenizer, ready to be written.
 #[derive(Clone, Debug)]
 pub struct GgufTokenizer {
-    /// `tokenizer.ggml.pre`.
-    pub pre: &'static str,
+    /// Byte-level BPE or SentencePiece-style, and what each needs.
+    pub kind: Kind,
     /// The tokens in id order, padded to the embedding's rows.
     pub tokens: Vec<String>,
     /// Their GGUF types.
@@ -71,10 +101,8 @@ impl GgufTokenizer {
         if kind != "BPE" {
             return Err(bad(format!("model.type '{kind}' is not supported (a byte-level BPE)")));
         }
-        if model.get("byte_fallback").and_then(Value::as_bool) == Some(true) {
-            return Err(bad("a SentencePiece-style BPE (byte_fallback) is not supported yet".to_string()));
-        }
-        let pre = pre_tokenizer(t.get("pre_tokenizer")).map_err(bad)?;
+        let sentencepiece = model.get("byte_fallback").and_then(Value::as_bool) == Some(true);
+        let pre = if sentencepiece { None } else { Some(pre_tokenizer(t.get("pre_tokenizer")).map_err(&bad)?) };
         let vocab =
             model.get("vocab").and_then(Value::as_object).ok_or_else(|| bad("no model.vocab object".to_string()))?;
         let mut tokens: Vec<Option<String>> = Vec::new();
@@ -126,6 +154,26 @@ impl GgufTokenizer {
             return Err(bad(format!("token '{t}' (id {i}) appears twice")));
         }
         let merges = merges(model.get("merges")).map_err(&bad)?;
+        let kind = match pre {
+            Some(pre) => Kind::ByteLevel { pre },
+            None => {
+                let unk = model.get("unk_token").and_then(Value::as_str);
+                let unknown = unk.and_then(|u| tokens.iter().position(|t| t == u)).map(|i| i as u32);
+                for (i, t) in tokens.iter().enumerate() {
+                    if types[i] == NORMAL && is_byte_piece(t) {
+                        types[i] = BYTE;
+                    }
+                }
+                if let Some(u) = unknown {
+                    types[u as usize] = UNKNOWN;
+                }
+                if let Some(b) = (0..=255u8).find(|b| !tokens.iter().any(|t| *t == format!("<0x{b:02X}>"))) {
+                    return Err(bad(format!("byte_fallback without a token for byte <0x{b:02X}>")));
+                }
+                let scores = merge_scores(&tokens, &merges);
+                Kind::SentencePiece { scores, add_space_prefix: adds_space_prefix(&t), unknown }
+            }
+        };
 
         let config_path = dir.join("tokenizer_config.json");
         let config = if config_path.exists() { Some(JsonFile::open(&config_path)?) } else { None };
@@ -154,16 +202,37 @@ impl GgufTokenizer {
             Some(c) => chat_template(c)?,
             None => None,
         };
-        Ok(GgufTokenizer { pre, tokens, types, merges, bos, eos, eot, pad, add_bos, chat_template })
+        Ok(GgufTokenizer { kind, tokens, types, merges, bos, eos, eot, pad, add_bos, chat_template })
     }
 
     /// Adds the `tokenizer.*` keys to `w`.
     pub fn write(&self, w: &mut GgufWriter) -> Result<(), GgufWriteError> {
-        w.add_str("tokenizer.ggml.model", "gpt2")?;
-        w.add_str("tokenizer.ggml.pre", self.pre)?;
+        match &self.kind {
+            Kind::ByteLevel { pre } => {
+                w.add_str("tokenizer.ggml.model", "gpt2")?;
+                w.add_str("tokenizer.ggml.pre", pre)?;
+            }
+            Kind::SentencePiece { .. } => {
+                w.add_str("tokenizer.ggml.model", "llama")?;
+                w.add_str("tokenizer.ggml.pre", "default")?;
+            }
+        }
         w.add_str_array("tokenizer.ggml.tokens", self.tokens.iter().cloned())?;
+        if let Kind::SentencePiece { scores, .. } = &self.kind {
+            w.add("tokenizer.ggml.scores", MetaArray::of_f32(scores.iter().copied()))?;
+        }
         w.add("tokenizer.ggml.token_type", MetaArray::of_i32(self.types.iter().copied()))?;
-        w.add_str_array("tokenizer.ggml.merges", self.merges.iter().cloned())?;
+        match &self.kind {
+            Kind::ByteLevel { .. } => {
+                w.add_str_array("tokenizer.ggml.merges", self.merges.iter().cloned())?;
+            }
+            Kind::SentencePiece { add_space_prefix, unknown, .. } => {
+                w.add_bool("tokenizer.ggml.add_space_prefix", *add_space_prefix)?;
+                if let Some(u) = unknown {
+                    w.add_u32("tokenizer.ggml.unknown_token_id", *u)?;
+                }
+            }
+        }
         for (key, id) in [
             ("tokenizer.ggml.bos_token_id", self.bos),
             ("tokenizer.ggml.eos_token_id", self.eos),
@@ -181,6 +250,50 @@ impl GgufTokenizer {
         }
         Ok(())
     }
+}
+
+/// Whether `piece` is a byte token, `<0xXX>`.
+fn is_byte_piece(piece: &str) -> bool {
+    piece.len() == 6
+        && piece.starts_with("<0x")
+        && piece.ends_with('>')
+        && piece[3..5].chars().all(|c| c.is_ascii_hexdigit())
+}
+
+/// Each token's SentencePiece score: minus the rank of the first merge that makes it (so
+/// the best-ranked merge scores highest), and below every merge for the rest.
+fn merge_scores(tokens: &[String], merges: &[String]) -> Vec<f32> {
+    let mut rank = std::collections::HashMap::with_capacity(merges.len());
+    for (r, m) in merges.iter().enumerate() {
+        rank.entry(m.replacen(' ', "", 1)).or_insert(r);
+    }
+    let below = merges.len() as f32;
+    tokens.iter().map(|t| rank.get(t).map_or(-below - 1.0, |&r| -(r as f32))).collect()
+}
+
+/// Whether the normalizer or pre-tokenizer puts a `▁` before the text (Llama 2's `Prepend`,
+/// or a `Metaspace` whose scheme prepends).
+fn adds_space_prefix(t: &JsonFile) -> bool {
+    fn any_step(v: Option<&Value>, list_key: &str, is: &dyn Fn(&Value) -> bool) -> bool {
+        match v {
+            Some(v) if v.get("type").and_then(Value::as_str) == Some("Sequence") => {
+                v.get(list_key).and_then(Value::as_array).is_some_and(|a| a.iter().any(is))
+            }
+            Some(v) => is(v),
+            None => false,
+        }
+    }
+    let prepend = |v: &Value| {
+        v.get("type").and_then(Value::as_str) == Some("Prepend")
+            && v.get("prepend").and_then(Value::as_str) == Some("\u{2581}")
+    };
+    let metaspace = |v: &Value| {
+        v.get("type").and_then(Value::as_str) == Some("Metaspace")
+            && v.get("prepend_scheme").and_then(Value::as_str).unwrap_or("always") != "never"
+            && v.get("add_prefix_space").and_then(Value::as_bool) != Some(false)
+    };
+    any_step(t.get("normalizer"), "normalizers", &prepend)
+        || any_step(t.get("pre_tokenizer"), "pretokenizers", &metaspace)
 }
 
 /// The runtime's name for the pre-tokenizer tokenizer.json describes.
