@@ -3,14 +3,22 @@
 //! tokenizer.json) to one GGUF file ([`purebee_convert`]).
 //!
 //! Without `--outfile` the file is written beside the folder as `DIR-OUTTYPE.gguf`.
+//!
+//! `DIR` may be `hf://OWNER/REPO[@REV]`: the files the conversion reads are pulled into the
+//! store first, as `pull` pulls (resumable, sha256-checked), and only those: config.json,
+//! tokenizer.json, tokenizer_config.json and generation_config.json when the repository has
+//! them, and model.safetensors or model.safetensors.index.json with the shards it lists.
+//! The output then goes to `REPO-OUTTYPE.gguf` in the current folder.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use purebee_convert::{Options, OutType};
+use purebee_hub::{HubError, PullOptions, Source, Store};
 use purebee_memory::DType;
 
+use crate::pull::pull_with_progress;
 use crate::synth::Bytes;
 use crate::CliError;
 
@@ -18,8 +26,9 @@ use crate::CliError;
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// The checkpoint folder: config.json, model.safetensors (or
-    /// model.safetensors.index.json and its shards), tokenizer.json, tokenizer_config.json.
-    pub dir: PathBuf,
+    /// model.safetensors.index.json and its shards), tokenizer.json, tokenizer_config.json;
+    /// or hf://OWNER/REPO[@REV], pulled first.
+    pub dir: String,
     /// The type of the projections. BitNet's are ternarized as the model was trained
     /// (absmean scale, round, clip) whatever the type; a Llama model's only when they are
     /// ternary already (or with --force-ternary).
@@ -92,11 +101,19 @@ impl OutArg {
 
 /// Runs `convert`, with a one-line summary on `out`.
 pub fn run(args: &ConvertArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let (dir, name) = match args.dir.strip_prefix("hf://") {
+        Some(repo) => pull_checkpoint(repo)?,
+        None => {
+            let dir = PathBuf::from(&args.dir);
+            let name = dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
+            (dir, name.unwrap_or_else(|| "model".into()))
+        }
+    };
     let output = match &args.outfile {
         Some(f) => f.clone(),
+        None if args.dir.starts_with("hf://") => PathBuf::from(format!("{name}-{}.gguf", args.outtype.name())),
         None => {
-            let dir = args.dir.canonicalize().unwrap_or_else(|_| args.dir.clone());
-            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+            let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
             dir.with_file_name(format!("{name}-{}.gguf", args.outtype.name()))
         }
     };
@@ -107,8 +124,9 @@ pub fn run(args: &ConvertArgs, out: &mut dyn Write) -> Result<(), CliError> {
             EmbeddingArg::Q8_0 => DType::Q8_0,
         }),
         force_ternary: args.force_ternary,
+        name: Some(name),
     };
-    let s = purebee_convert::convert(&args.dir, &output, &options)?;
+    let s = purebee_convert::convert(&dir, &output, &options)?;
     writeln!(
         out,
         "wrote {}: {}, {} tensors ({} ternary), {}",
@@ -119,4 +137,52 @@ pub fn run(args: &ConvertArgs, out: &mut dyn Write) -> Result<(), CliError> {
         Bytes(s.file_len)
     )?;
     Ok(())
+}
+
+/// Pulls what converting `OWNER/REPO[@REV]` reads; returns its snapshot folder and the
+/// repository's name.
+fn pull_checkpoint(repo: &str) -> Result<(PathBuf, String), CliError> {
+    let (path, rev) = match repo.rsplit_once('@') {
+        Some((p, r)) => (p, Some(r)),
+        None => (repo, None),
+    };
+    let name = path.rsplit('/').next().unwrap_or("model").to_string();
+    let store = Store::from_env()?;
+    let opts = PullOptions::from_env();
+    let source = |file: &str| -> Result<Source, HubError> {
+        let at = rev.map(|r| format!("@{r}")).unwrap_or_default();
+        Source::parse(&format!("hf://{path}/{file}{at}"))
+    };
+    // Required, then optional (a 404 is fine), then the weights.
+    let config = pull_with_progress(&store, &source("config.json")?, &opts)?;
+    let dir = config.path.parent().map(PathBuf::from).ok_or("the store gave a file without a folder")?;
+    for file in ["tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        match purebee_hub::pull(&store, &source(file)?, &opts, &mut |_| {}) {
+            Ok(_) | Err(HubError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match pull_with_progress(&store, &source("model.safetensors.index.json")?, &opts) {
+        Ok(index) => {
+            let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&index.path)?)
+                .map_err(|e| format!("{}: not JSON: {e}", index.path.display()))?;
+            let mut shards: Vec<&str> = json
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| format!("{}: no \"weight_map\" object", index.path.display()))?
+                .values()
+                .filter_map(|v| v.as_str())
+                .collect();
+            shards.sort_unstable();
+            shards.dedup();
+            for shard in shards {
+                pull_with_progress(&store, &source(shard)?, &opts)?;
+            }
+        }
+        Err(e) if matches!(e.downcast_ref::<HubError>(), Some(HubError::NotFound { .. })) => {
+            pull_with_progress(&store, &source("model.safetensors")?, &opts)?;
+        }
+        Err(e) => return Err(e),
+    }
+    Ok((dir, name))
 }

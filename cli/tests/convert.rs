@@ -9,11 +9,16 @@
 //! - the converted model's logits equal the float64 reference's from the checkpoint, within
 //!   fixtures/README.md's rules for ternary models (1e-3 up to the first int8 activation that
 //!   rounds differently in f32 than in f64), and a float32 run of the reference everywhere;
-//! - the carried tokenizer gives Hugging Face `tokenizers`' ids.
+//! - the carried tokenizer gives Hugging Face `tokenizers`' ids;
+//! - `convert hf://OWNER/REPO` pulls only what it reads (from the hub crate's test server)
+//!   and writes what converting the folder writes.
 //!
 //! `PUREBEE_CONVERT_PYTHON` names a python with tests/convert/requirements.txt
 //! (`scripts/python-env.sh convert`; scripts/test.sh sets it). Without it the tests fail
 //! saying so, unless `PUREBEE_SKIP_CONVERT=1`.
+
+#[path = "../../hub/tests/common/server.rs"]
+mod server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -280,4 +285,43 @@ fn tokenizer_agrees(python: &Path, ckpt: &Path, gguf: &Path) {
             .collect();
         assert_eq!(got, want, "{}: {text:?}", ckpt.display());
     }
+}
+
+#[test]
+fn an_hf_repository_is_pulled_and_converts_like_its_folder() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ckpt = make(&python, dir.path(), "r", "bitnet-b1.58", &["--shards", "2"]);
+    let server = server::TestServer::start();
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let mut served = Vec::new();
+    for entry in std::fs::read_dir(&ckpt).expect("list") {
+        let path = entry.expect("entry").path();
+        let file = path.file_name().and_then(|n| n.to_str()).expect("a name").to_string();
+        server.hub_file("o/r", "main", &file, commit, std::fs::read(&path).expect("read"), None, vec![]);
+        served.push(file);
+    }
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("pulled.gguf");
+    let o = Command::new(BIN)
+        .env("PUREBEE_CACHE", cache.path())
+        .env("HF_ENDPOINT", server.url(""))
+        .env_remove("HF_TOKEN")
+        .env("HF_HUB_CACHE", cache.path().join("no-hf-cache"))
+        .args(["convert", "hf://o/r", "--outtype", "tq2_0", "--outfile", s(&out)])
+        .output()
+        .expect("the binary runs");
+    ok(o, "convert hf://o/r");
+    let local = convert(&ckpt, "tq2_0");
+    assert_eq!(
+        std::fs::read(&out).expect("read"),
+        std::fs::read(&local).expect("read"),
+        "pulled and local outputs differ"
+    );
+    // Nothing but what the conversion reads was asked for: no model.safetensors, since the
+    // repository has an index.
+    let asked: Vec<String> =
+        server.requests().into_iter().map(|r| r.path).filter(|p| p.starts_with("/o/r/resolve/")).collect();
+    assert!(!asked.iter().any(|p| p.ends_with("/model.safetensors")), "{asked:?}");
+    assert!(asked.iter().any(|p| p.ends_with("model-00002-of-00002.safetensors")), "{asked:?}");
 }

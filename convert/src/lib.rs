@@ -89,6 +89,8 @@ pub struct Options {
     /// ternary outtype applies only to projections whose weights already are (each tensor's
     /// non-zero weights share one magnitude); the others are stored as F16.
     pub force_ternary: bool,
+    /// `general.name` (default: the folder's name).
+    pub name: Option<String>,
 }
 
 /// What a conversion wrote.
@@ -123,7 +125,10 @@ pub fn convert(dir: &Path, output: &Path, options: &Options) -> Result<Summary, 
     }
     let header = |source| ConvertError::Write { path: output.to_path_buf(), source };
     let mut w = GgufWriter::new();
-    metadata(&mut w, &config, dir, options).map_err(header)?;
+    let name = options.name.clone().or_else(|| {
+        dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+    });
+    metadata(&mut w, &config, name.as_deref().unwrap_or("model"), options).map_err(header)?;
     tokenizer.write(&mut w).map_err(header)?;
     for (p, (dtype, _)) in planned.iter().zip(&kinds) {
         let ne: Vec<u64> = p.shape.iter().rev().map(|&d| d as u64).collect();
@@ -205,15 +210,14 @@ fn missing(ckpt: &Checkpoint, name: &str) -> ConvertError {
 fn metadata(
     w: &mut GgufWriter,
     c: &HfConfig,
-    dir: &Path,
+    name: &str,
     options: &Options,
 ) -> Result<(), purebee_memory::gguf::GgufWriteError> {
     let a = c.arch.gguf_name();
     let key = |k: &str| format!("{a}.{k}");
     w.add_str("general.architecture", a)?;
     w.add_str("general.type", "model")?;
-    let name = dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
-    w.add_str("general.name", name.as_deref().unwrap_or("model"))?;
+    w.add_str("general.name", name)?;
     if let Some(ft) = options.outtype.dtype().llama_file_type() {
         w.add_u32("general.file_type", ft)?;
     }

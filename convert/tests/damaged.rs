@@ -111,7 +111,7 @@ fn checkpoint(dir: &Path) {
 }
 
 fn options() -> Options {
-    Options { outtype: OutType::Tq2_0, embedding: None, force_ternary: false }
+    Options { outtype: OutType::Tq2_0, embedding: None, force_ternary: false, name: None }
 }
 
 /// Converts `dir` into a fresh output path; returns the path and the result.
