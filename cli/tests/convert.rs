@@ -325,3 +325,38 @@ fn an_hf_repository_is_pulled_and_converts_like_its_folder() {
     assert!(!asked.iter().any(|p| p.ends_with("/model.safetensors")), "{asked:?}");
     assert!(asked.iter().any(|p| p.ends_with("model-00002-of-00002.safetensors")), "{asked:?}");
 }
+
+/// Peak anonymous memory of a 2B-shaped conversion: at most its largest tensor plus 10 %
+/// (mapped input pages are the page cache's, not counted). About 5 GB of disk and two
+/// minutes, so not in the default run: `cargo test -p purebee-cli --test convert -- --ignored`.
+#[test]
+#[ignore]
+fn a_2b_checkpoint_converts_in_at_most_its_largest_tensor_of_memory() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ckpt = make(&python, dir.path(), "b2b", "bitnet-b1.58", &["--shape", "2b"]);
+    // The largest tensor: the embedding, 128256 × 2560 BF16.
+    let largest = 128_256u64 * 2560 * 2;
+    let out = dir.path().join("b2b.gguf");
+    let mut child = Command::new(BIN)
+        .args(["convert", s(&ckpt), "--outtype", "i2_s", "--outfile", s(&out)])
+        .spawn()
+        .expect("the binary runs");
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let exit = loop {
+        if let Some(kb) = std::fs::read_to_string(&status).ok().and_then(|t| {
+            t.lines().find(|l| l.starts_with("RssAnon:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        }) {
+            peak_kb = peak_kb.max(kb);
+        }
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert!(exit.success(), "convert failed");
+    let bound = largest + largest / 10;
+    eprintln!("peak RssAnon {} MiB, bound {} MiB", peak_kb >> 10, bound >> 20);
+    assert!(peak_kb * 1024 <= bound, "peak RssAnon {peak_kb} kB > {bound} bytes");
+}
