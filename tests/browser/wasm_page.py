@@ -7,7 +7,8 @@ contract `index.html?model=URL&prompt=TEXT&n=N&temp=0&engine=E&autorun=1` must w
 text that `purebee-rs run MODEL -p TEXT -n N --temp 0` writes into #output, with
 #output[data-engine] naming the engine that ran. A page that cannot run (no adapter, a
 load error) shows #error, which fails the check with its message. `engine=auto` must give
-the same text on whichever engine it ran (WebGPU when it runs the model, else the CPU).
+the same text on whichever engine it ran (WebGPU on a hardware adapter that runs the model,
+else the CPU; the CPU on a software fallback adapter such as SwiftShader).
 
 Exits non-zero on any failure, saying which check failed; the file server and the browser
 are always stopped. `--engines cpu,webgpu,auto` picks the engines (all three by default);
@@ -44,6 +45,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 PROMPT = "Once upon a time"
+# Whether the page's WebGPU adapter is a software fallback (where `auto` must take the CPU).
+FALLBACK_ADAPTER = "async () => !!(await navigator.gpu?.requestAdapter())?.info?.isFallbackAdapter"
 TOKENS = 24
 TIMEOUT_S = 120
 
@@ -136,6 +139,8 @@ def main() -> int:
                             text, ran = got["text"], got.get("engine", "")
                             if ran != engine and not (engine == "auto" and ran in ("cpu", "webgpu")):
                                 raise AssertionError(f"{name}: asked for {engine}, data-engine says {ran!r}")
+                            if engine == "auto" and ran == "webgpu" and page.evaluate(FALLBACK_ADAPTER):
+                                raise AssertionError(f"{name}: auto chose WebGPU on a software fallback adapter")
                             if text != want:
                                 raise AssertionError(f"{name} on {engine}: the page wrote {text!r}, the CLI {want!r}")
                             if errors:

@@ -61,11 +61,18 @@ async function fetchModel(url) {
   return gather(new Response(mine), total);
 }
 
-// WebGPU when asked for or when `auto` finds an adapter; asking for it where there is none
-// is an error (loadModel says so), never a silent fall back.
+// WebGPU when asked for, or when `auto` finds a hardware adapter: a software fallback
+// adapter (SwiftShader's, isFallbackAdapter) emulates a GPU on the CPU, far slower than the
+// CPU engine (docs/benchmarks.md, "In a browser"), so `auto` takes the CPU engine there and
+// says why. Asking for `webgpu` where there is no adapter is an error (loadModel says so),
+// never a silent fall back.
 async function chooseEngine(asked) {
-  if (asked !== "auto") return asked;
-  return (await webgpuAvailable()) ? "webgpu" : "cpu";
+  if (asked !== "auto") return { engine: asked, why: "" };
+  const adapter = await navigator.gpu?.requestAdapter().catch(() => null);
+  if (adapter?.info?.isFallbackAdapter) {
+    return { engine: "cpu", why: " (the WebGPU adapter is a software fallback, slower than the CPU engine)" };
+  }
+  return { engine: (await webgpuAvailable()) ? "webgpu" : "cpu", why: "" };
 }
 
 // Loads the model that `bytes()` reads (called again for a second try) on the engine asked
@@ -77,10 +84,11 @@ async function load(name, bytes, askedEngine) {
   model = null;
   setBusy(true);
   try {
-    const engine = await chooseEngine(askedEngine);
+    const { engine, why } = await chooseEngine(askedEngine);
     const started = performance.now();
     try {
       model = await loadOn(name, await bytes(), engine);
+      $("model-info").textContent += why;
       // WebGPU compiles its kernels on the first pass: one token now, so that a kernel
       // this browser's compiler rejects shows here, where `auto` can still fall back.
       if (askedEngine === "auto" && engine === "webgpu") {
