@@ -74,9 +74,10 @@ pub struct HfConfig {
     pub vocab: usize,
     /// `tie_word_embeddings`: the LM head is the embedding.
     pub tied: bool,
-    /// `bos_token_id`, used when tokenizer_config.json names none.
+    /// `bos_token_id` (generation_config.json's, else config.json's), used when
+    /// tokenizer_config.json names none.
     pub bos: Option<u32>,
-    /// `eos_token_id` (the first, when a list).
+    /// `eos_token_id` likewise (the first, when a list).
     pub eos: Option<u32>,
 }
 
@@ -106,7 +107,7 @@ impl HfConfig {
         let hidden = c.usize("hidden_size")?;
         let heads = c.usize("num_attention_heads")?;
         let kv_heads = c.opt_usize("num_key_value_heads")?.unwrap_or(heads);
-        let config = HfConfig {
+        let mut config = HfConfig {
             arch,
             hidden,
             ff: c.usize("intermediate_size")?,
@@ -121,6 +122,13 @@ impl HfConfig {
             bos: token_id(&c, "bos_token_id")?,
             eos: token_id(&c, "eos_token_id")?,
         };
+        // generation_config.json's ids, what `generate` uses, before config.json's.
+        let generation = dir.join("generation_config.json");
+        if generation.exists() {
+            let g = JsonFile::open(&generation)?;
+            config.bos = token_id(&g, "bos_token_id")?.or(config.bos);
+            config.eos = token_id(&g, "eos_token_id")?.or(config.eos);
+        }
         if heads == 0 || kv_heads == 0 || hidden % heads != 0 || heads % kv_heads != 0 {
             return Err(c.error(
                 "num_attention_heads",
