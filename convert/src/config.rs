@@ -129,10 +129,11 @@ impl HfConfig {
             config.bos = token_id(&g, "bos_token_id")?.or(config.bos);
             config.eos = token_id(&g, "eos_token_id")?.or(config.eos);
         }
-        if heads == 0 || kv_heads == 0 || hidden % heads != 0 || heads % kv_heads != 0 {
+        let even_heads = heads != 0 && hidden % heads == 0 && (hidden / heads) % 2 == 0;
+        if !even_heads || kv_heads == 0 || heads % kv_heads != 0 {
             return Err(c.error(
                 "num_attention_heads",
-                format!("{heads} heads of {kv_heads} KV heads do not divide hidden_size {hidden}"),
+                format!("{heads} heads ({kv_heads} KV heads) do not split hidden_size {hidden} into even head sizes"),
             ));
         }
         if let Some(scaling) = c.get("rope_scaling") {

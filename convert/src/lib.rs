@@ -125,9 +125,10 @@ pub fn convert(dir: &Path, output: &Path, options: &Options) -> Result<Summary, 
     }
     let header = |source| ConvertError::Write { path: output.to_path_buf(), source };
     let mut w = GgufWriter::new();
-    let name = options.name.clone().or_else(|| {
-        dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-    });
+    let name = options
+        .name
+        .clone()
+        .or_else(|| dir.canonicalize().ok().and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned())));
     metadata(&mut w, &config, name.as_deref().unwrap_or("model"), options).map_err(header)?;
     tokenizer.write(&mut w).map_err(header)?;
     for (p, (dtype, _)) in planned.iter().zip(&kinds) {
@@ -184,12 +185,13 @@ fn kind(
                     }
                     Some(Ternary::Packed { magnitude: 1.0 / s })
                 }
+                // A float projection is read once here for its scale, when it may go ternary.
+                Source::Float(_) if !c.arch.is_ternary() && !options.outtype.is_ternary() => None,
                 Source::Float(name) => {
                     let (file, t) = ckpt.get(name).ok_or_else(|| missing(ckpt, name))?;
                     let bytes = file.bytes(t);
                     let tz = Ternarizer::absmean((0..t.numel()).map(|i| t.dtype.get(bytes, i)));
-                    let wanted = c.arch.is_ternary()
-                        || (options.outtype.is_ternary() && (options.force_ternary || tz.kept.is_some()));
+                    let wanted = c.arch.is_ternary() || options.force_ternary || tz.kept.is_some();
                     wanted.then_some(Ternary::Absmean(tz, t.dtype))
                 }
             };
