@@ -252,6 +252,32 @@ fn the_carried_tokenizer_gives_the_tokenizers_library_ids() {
     }
 }
 
+/// A Llama checkpoint whose tokenizer.json is SmolLM2-135M-Instruct's vocabulary (rebuilt from
+/// the SmolLM2 GGUF the real-model tests fetch): `smollm` is recognized, and the converted file
+/// tokenizes as `tokenizers` does and as the SmolLM2 GGUF itself does, with its chat template.
+#[test]
+fn a_llama_checkpoint_with_smollm2_s_vocabulary_keeps_its_tokenizer() {
+    let Some(python) = python() else { return };
+    let Some(smollm2) = purebee_testenv::smollm2_gguf("the converter's SmolLM2-vocabulary check") else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ckpt = make(&python, dir.path(), "smol", "llama", &["--tokenizer-from-gguf", s(&smollm2)]);
+    let gguf = convert(&ckpt, "f16");
+    let (ours, original) = (GgufFile::open(&gguf).expect("reads"), GgufFile::open(&smollm2).expect("reads"));
+    assert_eq!(ours.get_str("tokenizer.ggml.pre").expect("pre"), "smollm");
+    assert_eq!(
+        ours.get_str("tokenizer.chat_template").expect("template"),
+        original.get_str("tokenizer.chat_template").expect("template")
+    );
+    tokenizer_agrees(&python, &ckpt, &gguf);
+    for text in ["Hello 12345 world!", "  spaced   out  ", "<|im_start|>user\nHi<|im_end|>"] {
+        let ids = |m: &Path| {
+            let o = Command::new(BIN).args(["tokenize", s(m), "--no-bos", "-p", text]).output().expect("runs");
+            ok(o, "tokenize")
+        };
+        assert_eq!(ids(&gguf), ids(&smollm2), "{text:?}");
+    }
+}
+
 /// `purebee-rs tokenize` on `gguf` gives `tokenizers`' ids for the checkpoint's tokenizer.json.
 fn tokenizer_agrees(python: &Path, ckpt: &Path, gguf: &Path) {
     let texts = [

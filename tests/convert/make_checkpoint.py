@@ -419,9 +419,52 @@ def model_config(kind, shp, vocab, bos, eos):
     return dict(sorted(c.items()))
 
 
-def write_tokenizer_and_configs(outdir, kind, shp):
+def tokenizer_from_gguf(path):
+    """A byte-level BPE tokenizer.json rebuilt from a GGUF's vocabulary (tokens, merges, token
+    types), with SmolLM's pre-tokenizer (each digit apart, then GPT-2's split): what
+    SmolLM2-135M-Instruct ships, from the file the tests already fetch. Returns the tokenizer,
+    its BOS and EOS ids and its chat template."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    r = GGUFReader(path)
+
+    def field(key):
+        f = r.fields[key]
+        if f.types and f.types[0] == gguf_array_type():
+            return [f.parts[i].tobytes().decode("utf-8") if f.types[-1] == gguf_string_type()
+                    else int(f.parts[i][0]) for i in f.data]
+        part = f.parts[f.data[0]]
+        return part.tobytes().decode("utf-8") if f.types[0] == gguf_string_type() else int(part[0])
+
+    tokens, types, merges = field("tokenizer.ggml.tokens"), field("tokenizer.ggml.token_type"), field("tokenizer.ggml.merges")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges]))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3])
+    return tok, field("tokenizer.ggml.bos_token_id"), field("tokenizer.ggml.eos_token_id"), field("tokenizer.chat_template")
+
+
+def gguf_array_type():
+    from gguf import GGUFValueType
+    return GGUFValueType.ARRAY
+
+
+def gguf_string_type():
+    from gguf import GGUFValueType
+    return GGUFValueType.STRING
+
+
+def write_tokenizer_and_configs(outdir, kind, shp, tokenizer_gguf=None):
     """Writes the tokenizer and JSON files; returns the vocab size."""
-    if kind.startswith("bitnet-b1.58"):
+    if tokenizer_gguf:
+        tok, bos, eos, template = tokenizer_from_gguf(tokenizer_gguf)
+        tcfg = {"add_bos_token": False, "add_eos_token": False, "bos_token": tok.id_to_token(bos),
+                "eos_token": tok.id_to_token(eos), "chat_template": template, "model_max_length": 2048,
+                "tokenizer_class": "GPT2Tokenizer"}
+        gen = {"bos_token_id": bos, "eos_token_id": eos, "do_sample": False}
+    elif kind.startswith("bitnet-b1.58"):
         tok, ids = byte_level_tokenizer(shp["vocab"])
         bos, eos, eot = ids["<|begin_of_text|>"], ids["<|end_of_text|>"], ids["<|eot_id|>"]
         tcfg = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<|begin_of_text|>",
@@ -464,13 +507,17 @@ def main(argv=None):
     ap.add_argument("--shape", default="mini", choices=sorted(SHAPES))
     ap.add_argument("--shards", type=int, default=1, help="N > 1: model-0000i-of-0000N.safetensors + index")
     ap.add_argument("--no-sub-norms", action="store_true", help="bitnet kind: leave out inner_attn_ln / ffn_layernorm")
+    ap.add_argument("--tokenizer-from-gguf", metavar="GGUF",
+                    help="llama kind: the byte-level BPE of this GGUF (SmolLM2's) instead of a trained one")
     a = ap.parse_args(argv)
+    if a.tokenizer_from_gguf and a.kind != "llama":
+        ap.error("--tokenizer-from-gguf applies to --kind llama only")
     if a.no_sub_norms and a.kind != "bitnet":
         ap.error("--no-sub-norms applies to --kind bitnet only")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.makedirs(a.outdir, exist_ok=True)
     shp = SHAPES[a.shape]
-    vocab = write_tokenizer_and_configs(a.outdir, a.kind, shp)
+    vocab = write_tokenizer_and_configs(a.outdir, a.kind, shp, a.tokenizer_from_gguf)
     tensors = plan(a.kind, shp, vocab, a.seed, not a.no_sub_norms)
     write_weights(a.outdir, tensors, a.shards)
     total = sum(nbytes(t[1], t[2]) for t in tensors)
