@@ -252,6 +252,41 @@ fn the_carried_tokenizer_gives_the_tokenizers_library_ids() {
     }
 }
 
+/// Checkpoints that ship a SentencePiece `tokenizer.model` instead of a tokenizer.json (a
+/// 1bitLLM-style BitNet and a Llama, trained by the `sentencepiece` library as Llama 2's:
+/// BPE, byte fallback, identity normalization): the converted file tokenizes as
+/// `sentencepiece` does.
+#[test]
+fn a_sentencepiece_tokenizer_model_is_carried() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for kind in ["bitnet", "llama"] {
+        let ckpt = make(&python, dir.path(), &format!("{kind}-spm"), kind, &["--sentencepiece-model"]);
+        assert!(!ckpt.join("tokenizer.json").exists());
+        let gguf = convert(&ckpt, "tq2_0");
+        assert_eq!(GgufFile::open(&gguf).expect("reads").get_str("tokenizer.ggml.model").expect("model"), "llama");
+        for text in
+            ["Once upon a time, there was a tiny model.", "  two  spaces\nand 12345 digits!?", "héllo 🙂", " x", ""]
+        {
+            let want = py(
+                &python,
+                &[
+                    "-c",
+                    "import sys, sentencepiece as s; \
+                     print(','.join(map(str, s.SentencePieceProcessor(model_file=sys.argv[1]).encode(sys.argv[2]))))",
+                    s(&ckpt.join("tokenizer.model")),
+                    text,
+                ],
+            );
+            let o = Command::new(BIN)
+                .args(["tokenize", s(&gguf), "--no-bos", "--no-parse-special", "-p", text])
+                .output()
+                .expect("runs");
+            assert_eq!(ok(o, "tokenize").trim(), want.trim(), "{kind}: {text:?}");
+        }
+    }
+}
+
 /// A Llama checkpoint whose tokenizer.json is SmolLM2-135M-Instruct's vocabulary (rebuilt from
 /// the SmolLM2 GGUF the real-model tests fetch): `smollm` is recognized, and the converted file
 /// tokenizes as `tokenizers` does and as the SmolLM2 GGUF itself does, with its chat template.

@@ -1,7 +1,8 @@
 //! # purebee-convert: Hugging Face checkpoints to GGUF
 //!
 //! Turns a checkpoint folder (`config.json`, `model.safetensors` or its sharded index,
-//! `tokenizer.json`, `tokenizer_config.json`) into one GGUF file the runtime runs:
+//! `tokenizer.json` or `tokenizer.model`, `tokenizer_config.json`) into one GGUF file the
+//! runtime runs:
 //! BitNet b1.58 (relu², Microsoft's 2B-4T: `bitnet-b1.58`; SiLU, 1bitLLM's: `bitnet`) and
 //! Llama. BitNet's projections are ternarized as the model was trained
 //! ([`purebee_memory::quant::ternarize`]) and stored as I2_S, TQ2_0, TQ1_0 or floats;
@@ -23,6 +24,7 @@ mod error;
 mod json;
 mod plan;
 mod safetensors;
+mod sentencepiece;
 mod tensors;
 mod tokenizer;
 

@@ -16,9 +16,12 @@
 //! that merge's rank, and the two choose alike. `<0xXX>` pieces are byte tokens, the unknown
 //! token is typed so, and special added tokens are control tokens.
 //!
+//! Without a tokenizer.json, a SentencePiece `tokenizer.model` is read instead
+//! (`sentencepiece.rs`).
+//!
 //! Any other tokenizer is refused by name rather than carried wrongly.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use purebee_memory::gguf::{GgufWriteError, GgufWriter, MetaArray};
 use serde_json::Value;
@@ -30,11 +33,11 @@ use crate::ConvertError;
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
-const NORMAL: i32 = 1;
-const UNKNOWN: i32 = 2;
-const CONTROL: i32 = 3;
-const USER_DEFINED: i32 = 4;
-const BYTE: i32 = 6;
+pub(crate) const NORMAL: i32 = 1;
+pub(crate) const UNKNOWN: i32 = 2;
+pub(crate) const CONTROL: i32 = 3;
+pub(crate) const USER_DEFINED: i32 = 4;
+pub(crate) const BYTE: i32 = 6;
 
 /// The two tokenizers GGUF's runtime implements.
 #[derive(Clone, Debug)]
@@ -90,90 +93,16 @@ impl GgufTokenizer {
         config_bos: Option<u32>,
         config_eos: Option<u32>,
     ) -> Result<GgufTokenizer, ConvertError> {
-        let path = dir.join("tokenizer.json");
-        if !path.exists() {
-            return Err(ConvertError::Missing { path, why: "the tokenizer (only tokenizer.json is read)".to_string() });
-        }
-        let t = JsonFile::open(&path)?;
-        let bad = |reason: String| ConvertError::Tokenizer { path: path.clone(), reason };
-        let model = t.get("model").ok_or_else(|| bad("no \"model\"".to_string()))?;
-        let kind = model.get("type").and_then(Value::as_str).unwrap_or("?");
-        if kind != "BPE" {
-            return Err(bad(format!("model.type '{kind}' is not supported (a byte-level BPE)")));
-        }
-        let sentencepiece = model.get("byte_fallback").and_then(Value::as_bool) == Some(true);
-        let pre = if sentencepiece { None } else { Some(pre_tokenizer(t.get("pre_tokenizer")).map_err(&bad)?) };
-        let vocab =
-            model.get("vocab").and_then(Value::as_object).ok_or_else(|| bad("no model.vocab object".to_string()))?;
-        let mut tokens: Vec<Option<String>> = Vec::new();
-        let mut types: Vec<i32> = Vec::new();
-        let mut put = |id: usize, text: &str, ty: i32| -> Result<(), String> {
-            if id >= n_vocab {
-                return Err(format!("token '{text}' has id {id}, past the embedding's {n_vocab} rows"));
-            }
-            if tokens.len() <= id {
-                tokens.resize(id + 1, None);
-                types.resize(id + 1, NORMAL);
-            }
-            tokens[id] = Some(text.to_string());
-            types[id] = ty;
-            Ok(())
+        let (json, model) = (dir.join("tokenizer.json"), dir.join("tokenizer.model"));
+        let v = if json.exists() {
+            from_json(&json, n_vocab)?
+        } else if model.exists() {
+            crate::sentencepiece::read(&model, n_vocab)?
+        } else {
+            return Err(ConvertError::Missing { path: json, why: "the tokenizer (or tokenizer.model)".to_string() });
         };
-        for (text, id) in vocab {
-            let id = id
-                .as_u64()
-                .and_then(|i| usize::try_from(i).ok())
-                .ok_or_else(|| bad(format!("model.vocab.{text}: not an id")))?;
-            put(id, text, NORMAL).map_err(&bad)?;
-        }
-        for added in t.get("added_tokens").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
-            let text = added
-                .get("content")
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("an added token has no content".to_string()))?;
-            let id = added.get("id").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
-            let id = id.ok_or_else(|| bad(format!("added token '{text}' has no id")))?;
-            let special = added.get("special").and_then(Value::as_bool).unwrap_or(false);
-            put(id, text, if special { CONTROL } else { USER_DEFINED }).map_err(&bad)?;
-        }
-        // Holes and rows past the last token: unused tokens, as llama.cpp's converter pads.
-        tokens.resize(n_vocab, None);
-        types.resize(n_vocab, NORMAL);
-        let tokens: Vec<String> = tokens
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.unwrap_or_else(|| {
-                    types[i] = USER_DEFINED;
-                    format!("[PAD{i}]")
-                })
-            })
-            .collect();
-        let mut seen = std::collections::HashSet::new();
-        if let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| !seen.insert(t.as_str())) {
-            return Err(bad(format!("token '{t}' (id {i}) appears twice")));
-        }
-        let merges = merges(model.get("merges")).map_err(&bad)?;
-        let kind = match pre {
-            Some(pre) => Kind::ByteLevel { pre },
-            None => {
-                let unk = model.get("unk_token").and_then(Value::as_str);
-                let unknown = unk.and_then(|u| tokens.iter().position(|t| t == u)).map(|i| i as u32);
-                for (i, t) in tokens.iter().enumerate() {
-                    if types[i] == NORMAL && is_byte_piece(t) {
-                        types[i] = BYTE;
-                    }
-                }
-                if let Some(u) = unknown {
-                    types[u as usize] = UNKNOWN;
-                }
-                if let Some(b) = (0..=255u8).find(|b| !tokens.iter().any(|t| *t == format!("<0x{b:02X}>"))) {
-                    return Err(bad(format!("byte_fallback without a token for byte <0x{b:02X}>")));
-                }
-                let scores = merge_scores(&tokens, &merges);
-                Kind::SentencePiece { scores, add_space_prefix: adds_space_prefix(&t), unknown }
-            }
-        };
+        let Vocabulary { kind, tokens, types, merges, add_bos, bos: model_bos, eos: model_eos, source } = v;
+        let source_name = source.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
 
         let config_path = dir.join("tokenizer_config.json");
         let config = if config_path.exists() { Some(JsonFile::open(&config_path)?) } else { None };
@@ -188,15 +117,15 @@ impl GgufTokenizer {
                     None => return Err(c.error(key, format!("{v} is not a token"))),
                 },
             };
-            id_of(&text).map(Some).ok_or_else(|| c.error(key, format!("'{text}' is not a token of tokenizer.json")))
+            id_of(&text).map(Some).ok_or_else(|| c.error(key, format!("'{text}' is not a token of {source_name}")))
         };
-        let bos = special("bos_token")?.or(config_bos);
-        let eos = special("eos_token")?.or(config_eos);
+        let bos = special("bos_token")?.or(model_bos).or(config_bos);
+        let eos = special("eos_token")?.or(model_eos).or(config_eos);
         let pad = special("pad_token")?;
         let eot = id_of("<|eot_id|>").or_else(|| id_of("<|im_end|>"));
         let add_bos = match &config {
-            Some(c) => c.opt_bool("add_bos_token")?.unwrap_or_else(|| post_processor_adds_bos(t.get("post_processor"))),
-            None => post_processor_adds_bos(t.get("post_processor")),
+            Some(c) => c.opt_bool("add_bos_token")?.unwrap_or(add_bos),
+            None => add_bos,
         };
         let chat_template = match &config {
             Some(c) => chat_template(c)?,
@@ -250,6 +179,106 @@ impl GgufTokenizer {
         }
         Ok(())
     }
+}
+
+/// What the vocabulary file says, before tokenizer_config.json's special tokens.
+pub(crate) struct Vocabulary {
+    pub kind: Kind,
+    pub tokens: Vec<String>,
+    pub types: Vec<i32>,
+    pub merges: Vec<String>,
+    /// Whether encoding starts with BOS unless tokenizer_config.json says otherwise.
+    pub add_bos: bool,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    /// The file it came from.
+    pub source: PathBuf,
+}
+
+/// A tokenizer.json's vocabulary.
+fn from_json(path: &Path, n_vocab: usize) -> Result<Vocabulary, ConvertError> {
+    let t = JsonFile::open(path)?;
+    let bad = |reason: String| ConvertError::Tokenizer { path: path.to_path_buf(), reason };
+    let model = t.get("model").ok_or_else(|| bad("no \"model\"".to_string()))?;
+    let kind = model.get("type").and_then(Value::as_str).unwrap_or("?");
+    if kind != "BPE" {
+        return Err(bad(format!("model.type '{kind}' is not supported (a byte-level BPE)")));
+    }
+    let sentencepiece = model.get("byte_fallback").and_then(Value::as_bool) == Some(true);
+    let pre = if sentencepiece { None } else { Some(pre_tokenizer(t.get("pre_tokenizer")).map_err(&bad)?) };
+    let vocab =
+        model.get("vocab").and_then(Value::as_object).ok_or_else(|| bad("no model.vocab object".to_string()))?;
+    let mut tokens: Vec<Option<String>> = Vec::new();
+    let mut types: Vec<i32> = Vec::new();
+    let mut put = |id: usize, text: &str, ty: i32| -> Result<(), String> {
+        if id >= n_vocab {
+            return Err(format!("token '{text}' has id {id}, past the embedding's {n_vocab} rows"));
+        }
+        if tokens.len() <= id {
+            tokens.resize(id + 1, None);
+            types.resize(id + 1, NORMAL);
+        }
+        tokens[id] = Some(text.to_string());
+        types[id] = ty;
+        Ok(())
+    };
+    for (text, id) in vocab {
+        let id = id
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .ok_or_else(|| bad(format!("model.vocab.{text}: not an id")))?;
+        put(id, text, NORMAL).map_err(&bad)?;
+    }
+    for added in t.get("added_tokens").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+        let text = added
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("an added token has no content".to_string()))?;
+        let id = added.get("id").and_then(Value::as_u64).and_then(|i| usize::try_from(i).ok());
+        let id = id.ok_or_else(|| bad(format!("added token '{text}' has no id")))?;
+        let special = added.get("special").and_then(Value::as_bool).unwrap_or(false);
+        put(id, text, if special { CONTROL } else { USER_DEFINED }).map_err(&bad)?;
+    }
+    // Holes and rows past the last token: unused tokens, as llama.cpp's converter pads.
+    tokens.resize(n_vocab, None);
+    types.resize(n_vocab, NORMAL);
+    let tokens: Vec<String> = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.unwrap_or_else(|| {
+                types[i] = USER_DEFINED;
+                format!("[PAD{i}]")
+            })
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    if let Some((i, t)) = tokens.iter().enumerate().find(|(_, t)| !seen.insert(t.as_str())) {
+        return Err(bad(format!("token '{t}' (id {i}) appears twice")));
+    }
+    let merges = merges(model.get("merges")).map_err(&bad)?;
+    let kind = match pre {
+        Some(pre) => Kind::ByteLevel { pre },
+        None => {
+            let unk = model.get("unk_token").and_then(Value::as_str);
+            let unknown = unk.and_then(|u| tokens.iter().position(|t| t == u)).map(|i| i as u32);
+            for (i, t) in tokens.iter().enumerate() {
+                if types[i] == NORMAL && is_byte_piece(t) {
+                    types[i] = BYTE;
+                }
+            }
+            if let Some(u) = unknown {
+                types[u as usize] = UNKNOWN;
+            }
+            if let Some(b) = (0..=255u8).find(|b| !tokens.iter().any(|t| *t == format!("<0x{b:02X}>"))) {
+                return Err(bad(format!("byte_fallback without a token for byte <0x{b:02X}>")));
+            }
+            let scores = merge_scores(&tokens, &merges);
+            Kind::SentencePiece { scores, add_space_prefix: adds_space_prefix(&t), unknown }
+        }
+    };
+    let add_bos = post_processor_adds_bos(t.get("post_processor"));
+    Ok(Vocabulary { kind, tokens, types, merges, add_bos, bos: None, eos: None, source: path.to_path_buf() })
 }
 
 /// Whether `piece` is a byte token, `<0xXX>`.

@@ -381,6 +381,22 @@ def sentencepiece_tokenizer():
     return tok, {"<unk>": 0, "<s>": 1, "</s>": 2}
 
 
+def train_sentencepiece_model(outdir):
+    """A SentencePiece BPE model with byte fallback, trained with the `sentencepiece` library
+    on the built-in corpus, written as tokenizer.model (what older Llama 2 family checkpoints
+    ship instead of a tokenizer.json); returns its vocabulary size."""
+    import io
+    import sentencepiece as spm
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus_lines()), model_writer=model, model_type="bpe", vocab_size=400,
+        byte_fallback=True, character_coverage=1.0, num_threads=1, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+        normalization_rule_name="identity", remove_extra_whitespaces=False, minloglevel=2)  # as Llama 2
+    with open(os.path.join(outdir, "tokenizer.model"), "wb") as f:
+        f.write(model.getvalue())
+    return spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
+
+
 def added_tokens_decoder(tok):
     return {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": t.normalized, "rstrip": t.rstrip,
                      "single_word": t.single_word, "special": t.special}
@@ -456,8 +472,16 @@ def gguf_string_type():
     return GGUFValueType.STRING
 
 
-def write_tokenizer_and_configs(outdir, kind, shp, tokenizer_gguf=None):
+def write_tokenizer_and_configs(outdir, kind, shp, tokenizer_gguf=None, sentencepiece_model=False):
     """Writes the tokenizer and JSON files; returns the vocab size."""
+    if sentencepiece_model:
+        vocab = train_sentencepiece_model(outdir)
+        tcfg = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>",
+                "unk_token": "<unk>", "legacy": True, "tokenizer_class": "LlamaTokenizer"}
+        dump_json(os.path.join(outdir, "tokenizer_config.json"), tcfg)
+        dump_json(os.path.join(outdir, "generation_config.json"), {"bos_token_id": 1, "eos_token_id": 2})
+        dump_json(os.path.join(outdir, "config.json"), model_config(kind, shp, vocab, 1, 2))
+        return vocab
     if tokenizer_gguf:
         tok, bos, eos, template = tokenizer_from_gguf(tokenizer_gguf)
         tcfg = {"add_bos_token": False, "add_eos_token": False, "bos_token": tok.id_to_token(bos),
@@ -509,7 +533,11 @@ def main(argv=None):
     ap.add_argument("--no-sub-norms", action="store_true", help="bitnet kind: leave out inner_attn_ln / ffn_layernorm")
     ap.add_argument("--tokenizer-from-gguf", metavar="GGUF",
                     help="llama kind: the byte-level BPE of this GGUF (SmolLM2's) instead of a trained one")
+    ap.add_argument("--sentencepiece-model", action="store_true",
+                    help="bitnet and llama kinds: a trained SentencePiece tokenizer.model instead of a tokenizer.json")
     a = ap.parse_args(argv)
+    if a.sentencepiece_model and a.kind not in ("bitnet", "llama"):
+        ap.error("--sentencepiece-model applies to the bitnet and llama kinds")
     if a.tokenizer_from_gguf and a.kind != "llama":
         ap.error("--tokenizer-from-gguf applies to --kind llama only")
     if a.no_sub_norms and a.kind != "bitnet":
@@ -517,7 +545,7 @@ def main(argv=None):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.makedirs(a.outdir, exist_ok=True)
     shp = SHAPES[a.shape]
-    vocab = write_tokenizer_and_configs(a.outdir, a.kind, shp, a.tokenizer_from_gguf)
+    vocab = write_tokenizer_and_configs(a.outdir, a.kind, shp, a.tokenizer_from_gguf, a.sentencepiece_model)
     tensors = plan(a.kind, shp, vocab, a.seed, not a.no_sub_norms)
     write_weights(a.outdir, tensors, a.shards)
     total = sum(nbytes(t[1], t[2]) for t in tensors)
