@@ -84,7 +84,8 @@ pub struct GgufTokenizer {
 }
 
 impl GgufTokenizer {
-    /// Reads `dir/tokenizer.json` and `dir/tokenizer_config.json` (optional); `n_vocab` is
+    /// Reads `dir/tokenizer.json` (else `dir/tokenizer.model`) and `dir/tokenizer_config.json`
+    /// (optional), with config.json's BOS/EOS ids as the last resort; `n_vocab` is
     /// the embedding's row count, which the tokens must not exceed (rows past the tokens are
     /// padded with unused tokens, as transformers pads embeddings).
     pub fn read(
