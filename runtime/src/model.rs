@@ -374,29 +374,10 @@ impl<E: Engine> Model<E> {
     }
 
     /// TOP_K with `k` of the `rows` rows of `logits`, through the program kept in
-    /// `candidates` under `key` (built the first time); at most one of `candidates` keeps its
-    /// outputs allocated. Returns `(values, ids, lse)`: `[rows, k]` row-major, and with
-    /// `with_lse` each row's log-sum-exp from the same TOP_K (else empty). `key` must tell
-    /// programs with and without it apart.
-    pub(crate) fn top_k_of<K: std::hash::Hash + Eq>(
-        &mut self,
-        candidates: &mut HashMap<K, Candidates>,
-        key: K,
-        prefix: &str,
-        logits: TensorId,
-        (rows, k): (usize, usize),
-        with_lse: bool,
-    ) -> Result<TopKRead, ModelError> {
-        let pending = self.begin_top_k(candidates, key, prefix, logits, (rows, k), with_lse)?;
-        let mut bytes = Vec::with_capacity(pending.len());
-        for p in pending {
-            bytes.push(self.engine.finish_read(p)?);
-        }
-        Ok(top_k_values(&bytes))
-    }
-
-    /// [`Model::top_k_of`] up to its reads, begun and not waited for: values, ids, and the
-    /// log-sum-exp when asked for ([`top_k_values`] decodes their bytes).
+    /// `candidates` under `key` (built the first time; at most one of `candidates` keeps its
+    /// outputs allocated), its reads begun and not waited for: values, ids, and with
+    /// `with_lse` each row's log-sum-exp from the same TOP_K ([`top_k_values`] decodes their
+    /// bytes into `[rows, k]` row-major). `key` must tell programs with and without it apart.
     pub(crate) fn begin_top_k<K: std::hash::Hash + Eq>(
         &mut self,
         candidates: &mut HashMap<K, Candidates>,

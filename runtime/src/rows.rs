@@ -8,7 +8,7 @@ use std::hash::Hash;
 use purebee_isa::{Engine, TensorId};
 
 use crate::batch::{RowOutput, RowRead};
-use crate::model::Candidates;
+use crate::model::{top_k_values, Candidates};
 use crate::{LogitsRows, Model, ModelError, Session};
 
 impl<E: Engine> Model<E> {
@@ -39,8 +39,9 @@ impl<E: Engine> Model<E> {
         let (top, lse) = match k {
             Some(k) => {
                 let prefix = format!("{prefix}.top{k}{}", if with_lse { ".lse" } else { "" });
-                let (values, ids, lse) =
-                    self.top_k_of(candidates, key(k, with_lse), &prefix, logits, (rows, k), with_lse)?;
+                let pending = self.begin_top_k(candidates, key(k, with_lse), &prefix, logits, (rows, k), with_lse)?;
+                let bytes = pending.into_iter().map(|p| self.engine.finish_read(p)).collect::<Result<Vec<_>, _>>()?;
+                let (values, ids, lse) = top_k_values(&bytes);
                 (Some((values, ids)), lse)
             }
             None => (None, Vec::new()),
