@@ -18,19 +18,14 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from wasm_page import CHROMIUM, CHROMIUM_ARGS, DIST, ROOT, Handler  # noqa: E402
+from wasm_page import CHROMIUM, CHROMIUM_ARGS, DIST, ROOT, Handler, wait_done  # noqa: E402
 
 TIMEOUT_S = 300
 
 
 def check(page, port: int, engine: str) -> list[str]:
     page.goto(f"http://127.0.0.1:{port}/web/dist/check.html?engine={engine}")
-    page.wait_for_function(
-        "document.querySelector('#summary').dataset.done === '1'"
-        " || document.querySelector('#error').textContent.length > 0",
-        timeout=TIMEOUT_S * 1000,
-    )
-    error = page.text_content("#error") or ""
+    error = wait_done(page, "#summary", TIMEOUT_S)
     if error:
         return [f"{engine}: the page reports: {error}"]
     print(f"{engine}: {page.text_content('#summary')}")

@@ -78,17 +78,23 @@ def cli_run(model: Path, tokens: int) -> dict:
     return json.loads(out.stdout)
 
 
+def wait_done(page, done: str, timeout_s: int) -> str:
+    """Waits until the element `done` has data-done="1" or #error has text (the pages' test
+    contract); returns #error's text ("" when the page finished)."""
+    page.wait_for_function(
+        f"document.querySelector({done!r})?.dataset.done === '1'"
+        " || document.querySelector('#error')?.textContent.length > 0",
+        timeout=timeout_s * 1000,
+    )
+    return page.text_content("#error") or ""
+
+
 def run_page(page, port: int, url: str, engine: str, tokens: int, limits: str, timeout_s: int) -> dict:
     query = urllib.parse.urlencode({
         "model": url, "prompt": PROMPT, "n": tokens, "temp": 0, "engine": engine, "autorun": 1, "limits": limits,
     })
     page.goto(f"http://127.0.0.1:{port}/web/dist/index.html?{query}")
-    page.wait_for_function(
-        "document.querySelector('#output')?.dataset.done === '1'"
-        " || document.querySelector('#error')?.textContent.length > 0",
-        timeout=timeout_s * 1000,
-    )
-    error = page.text_content("#error") or ""
+    error = wait_done(page, "#output", timeout_s)
     if error:
         raise AssertionError(f"{url} on {engine}: the page reports: {error}")
     data = page.eval_on_selector("#output", "e => ({...e.dataset})")
